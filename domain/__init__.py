@@ -1,0 +1,1 @@
+"""The memstream domain: aggregates, events, limits and errors (pure: eventsourcing + stdlib)."""

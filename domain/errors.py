@@ -1,0 +1,41 @@
+"""The one error hierarchy of memstream; every public error derives from ``MemstreamError``."""
+
+from __future__ import annotations
+
+
+class MemstreamError(Exception):
+    """Base class of every error memstream raises on purpose."""
+
+
+class InvalidInputError(MemstreamError, ValueError):
+    """An argument breaks a documented limit or shape; nothing was written."""
+
+
+class NotFoundError(MemstreamError, LookupError):
+    """A referenced entity does not exist."""
+
+
+class MessageNotFoundError(NotFoundError):
+    """A message id given as parent or update target does not exist in the session."""
+
+
+class ConcurrencyError(MemstreamError):
+    """An aggregate kept changing under a command after the bounded number of retries."""
+
+
+class UnavailableError(MemstreamError):
+    """NATS or the read-model database cannot be reached."""
+
+
+class ProjectionLagError(MemstreamError):
+    """A read model did not reach the caller's last write within the timeout."""
+
+    def __init__(self, projection: str, wanted: int, reached: int, timeout: float) -> None:
+        self.projection = projection
+        self.wanted = wanted
+        self.reached = reached
+        self.timeout = timeout
+        super().__init__(
+            f"projection {projection!r} reached stream sequence {reached}, "
+            f"not {wanted}, within {timeout:g} s"
+        )

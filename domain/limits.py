@@ -1,0 +1,84 @@
+"""Input limits, checked before anything is published; errors name the input, limit and value."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from memstream.domain.errors import InvalidInputError
+
+MESSAGE_MAX_BYTES: Final = 1024 * 1024
+MESSAGE_ID_MAX_CHARS: Final = 256
+SESSION_ID_MAX_CHARS: Final = 256
+MEMORY_SESSION_ID_MAX_CHARS: Final = 64
+NAMESPACE_MAX_CHARS: Final = 32
+PROFILE_NAME_MAX_CHARS: Final = 100
+CONTEXT_LABEL_MAX_CHARS: Final = 64
+SEARCH_QUERY_MAX_BYTES: Final = 4096
+SEARCH_LIMIT_MAX: Final = 500
+BATCH_MAX_MESSAGES: Final = 500
+INGEST_CONTENT_MAX_BYTES: Final = 32 * 1024
+RECALL_QUERY_MAX_BYTES: Final = 1024
+LIST_LIMIT_MAX: Final = 500
+
+_NAMESPACE_RE: Final = re.compile(r"[a-z0-9_-]+")
+
+
+def require_str(name: str, value: object) -> str:
+    """Return ``value`` if it is a ``str``, else raise ``InvalidInputError`` naming ``name``."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{name} must be a string, not {type(value).__name__}")
+    return value
+
+
+def check_chars(name: str, value: object, *, minimum: int, maximum: int) -> str:
+    """Check a string's length in characters against ``[minimum, maximum]``."""
+    text = require_str(name, value)
+    if len(text) < minimum:
+        raise InvalidInputError(
+            f"{name} is {len(text)} characters; the minimum is {minimum}"
+        )
+    if len(text) > maximum:
+        raise InvalidInputError(f"{name} is {len(text)} characters; the limit is {maximum}")
+    return text
+
+
+def check_bytes(name: str, value: object, *, minimum: int, maximum: int) -> str:
+    """Check a string's UTF-8 length in bytes against ``[minimum, maximum]``."""
+    text = require_str(name, value)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size < minimum:
+        raise InvalidInputError(f"{name} is {size} bytes; the minimum is {minimum}")
+    if size > maximum:
+        raise InvalidInputError(f"{name} is {size} bytes; the limit is {maximum}")
+    return text
+
+
+def check_int(name: str, value: object, *, minimum: int, maximum: int) -> int:
+    """Check an integer argument (``bool`` is refused) against ``[minimum, maximum]``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{name} must be an integer, not {type(value).__name__}")
+    if not minimum <= value <= maximum:
+        raise InvalidInputError(f"{name} is {value}; it must be between {minimum} and {maximum}")
+    return value
+
+
+def check_namespace(value: object) -> str:
+    """Validate a namespace name: 1–32 characters of ``[a-z0-9_-]``."""
+    name = check_chars("namespace", value, minimum=1, maximum=NAMESPACE_MAX_CHARS)
+    if not _NAMESPACE_RE.fullmatch(name):
+        raise InvalidInputError(f"namespace {name!r} may contain only [a-z0-9_-]")
+    return name
+
+
+def check_session_id(value: object) -> str:
+    """Validate a Session API session id (``""`` is the default session)."""
+    session_id = check_chars("session_id", value, minimum=0, maximum=SESSION_ID_MAX_CHARS)
+    if "\x00" in session_id:
+        raise InvalidInputError("session_id must not contain NUL characters")
+    return session_id
+
+
+def check_message_id(value: object, name: str = "message id") -> str:
+    """Validate a message id: 1–256 characters."""
+    return check_chars(name, value, minimum=1, maximum=MESSAGE_ID_MAX_CHARS)

@@ -1,0 +1,102 @@
+"""Session messages: validation, the canonical JSON form, and the text that full-text search sees."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from memstream.domain.errors import InvalidInputError
+from memstream.domain.limits import MESSAGE_MAX_BYTES, check_message_id
+
+Message = dict[str, Any]
+COMPACTION_PREFIX = "compaction_"
+
+
+def normalize_message(message: object) -> Message:
+    """Validate a message dict and return the dict to store.
+
+    Accepts the reference shape ``{"id", "role", "parts": [...]}`` (extra keys kept verbatim) and
+    the chat-style convenience ``{"role", "content": str}``, stored as one text part. A message
+    without an ``id`` gets a fresh one.
+
+    Raises:
+        InvalidInputError: the message is not a dict, has a bad id/role/parts, is not JSON, or its
+            JSON exceeds 1 MiB.
+    """
+    if not isinstance(message, Mapping):
+        raise InvalidInputError(f"message must be a dict, not {type(message).__name__}")
+    stored: Message = dict(message)
+    if "parts" not in stored and isinstance(stored.get("content"), str):
+        stored["parts"] = [{"type": "text", "text": stored.pop("content")}]
+    if "id" not in stored:
+        stored = {"id": uuid.uuid4().hex, **stored}
+    check_message_id(stored["id"], "message id")
+    if not isinstance(stored.get("role"), str):
+        raise InvalidInputError("message role must be a string")
+    if not isinstance(stored.get("parts"), list):
+        raise InvalidInputError("message parts must be a list")
+    for index, part in enumerate(stored["parts"]):
+        if not isinstance(part, Mapping):
+            raise InvalidInputError(f"message part {index} must be a dict")
+    return stored
+
+
+def encode_message(message: Message) -> str:
+    """Return the canonical JSON of a message, checking the 1 MiB limit.
+
+    Raises:
+        InvalidInputError: the message is not JSON-serialisable or is larger than 1 MiB.
+    """
+    try:
+        text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise InvalidInputError(f"message {message.get('id')!r} is not JSON: {error}") from None
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MESSAGE_MAX_BYTES:
+        raise InvalidInputError(
+            f"message {str(message.get('id'))[:64]!r} is {size} bytes of JSON; "
+            f"the limit is {MESSAGE_MAX_BYTES}"
+        )
+    return text
+
+
+def decode_message(text: str) -> Message | None:
+    """Parse stored JSON; ``None`` unless it is a dict with string id and role and a parts list."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if (
+        isinstance(value, dict)
+        and isinstance(value.get("id"), str)
+        and isinstance(value.get("role"), str)
+        and isinstance(value.get("parts"), list)
+    ):
+        return value
+    return None
+
+
+def searchable_text(message: Message) -> str:
+    """The text full-text search indexes: the ``text`` of text parts, joined by one space."""
+    texts = [
+        part["text"]
+        for part in message.get("parts", [])
+        if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str)
+    ]
+    return " ".join(t for t in texts if t)
+
+
+def compaction_message(compaction_id: str, summary: str) -> Message:
+    """The synthetic assistant message that stands for a compacted range."""
+    return {
+        "id": COMPACTION_PREFIX + compaction_id,
+        "role": "assistant",
+        "parts": [{"type": "text", "text": summary}],
+    }
+
+
+def is_compaction_message(message: Mapping[str, Any]) -> bool:
+    """True for synthetic overlay messages (id starts with ``compaction_``)."""
+    return str(message.get("id", "")).startswith(COMPACTION_PREFIX)

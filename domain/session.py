@@ -1,0 +1,286 @@
+"""The Session aggregate: a tree of messages and compaction overlays, decided on the log.
+
+Commands validate against the aggregate's decision state and *return* the events they decide;
+the caller publishes them and only then applies them with :meth:`Session.apply_events`. That keeps
+a cached aggregate valid when a publish is rejected (optimistic concurrency), so a conflict costs a
+fast-forward from the log instead of a full reload.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar, TypeVar
+
+from eventsourcing.domain import Aggregate
+
+from memstream.domain.errors import InvalidInputError, MessageNotFoundError
+from memstream.domain.limits import BATCH_MAX_MESSAGES, check_message_id, check_session_id
+from memstream.domain.messages import encode_message, normalize_message
+
+_NAMESPACE = uuid.UUID("6f2a4a64-9f7e-4c38-a1c7-2c1f0e0f7a01")
+
+
+class _Omitted:
+    """Marker for an omitted ``parent_id`` (attach to the latest leaf)."""
+
+    _instance: ClassVar[_Omitted | None] = None
+
+    def __new__(cls) -> _Omitted:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "OMITTED"
+
+
+OMITTED: Any = _Omitted()
+_E = TypeVar("_E", bound="Session.Event")
+
+
+def session_aggregate_id(namespace: str, session_id: str) -> uuid.UUID:
+    """The deterministic aggregate id of a session in a namespace."""
+    return uuid.uuid5(_NAMESPACE, f"{namespace}\x00session\x00{session_id}")
+
+
+class Session(Aggregate):
+    """Decision state of one session: which message ids exist, their parents, the latest leaf."""
+
+    class Event(Aggregate.Event):
+        """Base of session events; every event names its session."""
+
+        session_id: str
+
+    class MessageAppended(Event):
+        """A message was appended under ``parent_id`` (``None``: a new root)."""
+
+        message_id: str
+        parent_id: str | None
+        message_json: str
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.add_message(self.message_id, self.parent_id)
+
+    class MessagesAppended(Event):
+        """Several messages were appended atomically, in order (``entries`` as MessageAppended)."""
+
+        entries: list[dict[str, Any]]
+
+        def apply(self, aggregate: Any) -> None:
+            for entry in self.entries:
+                aggregate.add_message(entry["message_id"], entry["parent_id"])
+
+    class MessageUpdated(Event):
+        """A stored message's content was replaced."""
+
+        message_id: str
+        message_json: str
+
+    class MessagesDeleted(Event):
+        """Messages were deleted (children keep their parent ids; no cascade)."""
+
+        message_ids: list[str]
+
+        def apply(self, aggregate: Any) -> None:
+            for message_id in self.message_ids:
+                aggregate.remove_message(message_id)
+
+    class MessagesCleared(Event):
+        """All messages and compaction overlays of the session were removed."""
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.parents.clear()
+            aggregate.child_counts.clear()
+            aggregate.latest_leaf = None
+
+    class CompactionAdded(Event):
+        """A compaction overlay replaces ``from_message_id..to_message_id`` when reading."""
+
+        compaction_id: str
+        summary: str
+        from_message_id: str
+        to_message_id: str
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def empty(cls, namespace: str, session_id: str) -> Session:
+        """A session with no events yet (version 0); sessions begin with their first write."""
+        session = cls.__new__(cls)
+        session.__base_init__(
+            session_aggregate_id(namespace, session_id), 0, Aggregate.Event.create_timestamp()
+        )
+        session.session_id = session_id
+        session.parents = {}
+        session.child_counts = {}
+        session.latest_leaf = None
+        return session
+
+    session_id: str
+    parents: dict[str, str | None]
+    child_counts: dict[str, int]
+    latest_leaf: str | None
+
+    # -- decision state -----------------------------------------------------------------------
+
+    def add_message(self, message_id: str, parent_id: str | None) -> None:
+        self.parents[message_id] = parent_id
+        if parent_id is not None:
+            self.child_counts[parent_id] = self.child_counts.get(parent_id, 0) + 1
+        # The newest message has no child yet (unless orphans already point at its id).
+        if self.child_counts.get(message_id, 0) == 0:
+            self.latest_leaf = message_id
+        else:
+            self.latest_leaf = self._find_latest_leaf()
+
+    def remove_message(self, message_id: str) -> None:
+        if message_id not in self.parents:
+            return
+        parent_id = self.parents.pop(message_id)
+        if parent_id is not None:
+            remaining = self.child_counts[parent_id] - 1
+            if remaining:
+                self.child_counts[parent_id] = remaining
+            else:
+                del self.child_counts[parent_id]
+        self.latest_leaf = self._find_latest_leaf()
+
+    def _find_latest_leaf(self) -> str | None:
+        for message_id in reversed(self.parents):
+            if self.child_counts.get(message_id, 0) == 0:
+                return message_id
+        return None
+
+    # -- commands (validate, then return the decided events) ---------------------------------
+
+    def append_message(self, message: object, parent_id: object = OMITTED) -> list[Event]:
+        """Decide the append of one message (no events if its id already exists)."""
+        stored = normalize_message(message)
+        message_json = encode_message(stored)
+        message_id: str = stored["id"]
+        if message_id in self.parents:
+            return []
+        parent = self._resolve_parent(parent_id, self.latest_leaf)
+        return [
+            self._decide(
+                self.MessageAppended,
+                message_id=message_id,
+                parent_id=parent,
+                message_json=message_json,
+            )
+        ]
+
+    def append_messages(
+        self, messages: Sequence[object], parent_id: object = OMITTED
+    ) -> list[Event]:
+        """Decide an atomic chain append: each new message's parent is the previous one.
+
+        Ids that already exist are skipped (idempotent), and the chain continues from them.
+        """
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+            raise InvalidInputError("messages must be a list of message dicts")
+        if len(messages) > BATCH_MAX_MESSAGES:
+            raise InvalidInputError(
+                f"messages has {len(messages)} items; the limit is {BATCH_MAX_MESSAGES}"
+            )
+        parent = self._resolve_parent(parent_id, self.latest_leaf)
+        seen: set[str] = set()
+        entries: list[dict[str, Any]] = []
+        for message in messages:
+            stored = normalize_message(message)
+            message_json = encode_message(stored)
+            message_id: str = stored["id"]
+            if message_id in self.parents or message_id in seen:
+                parent = message_id
+                continue
+            seen.add(message_id)
+            entries.append(
+                {"message_id": message_id, "parent_id": parent, "message_json": message_json}
+            )
+            parent = message_id
+        if not entries:
+            return []
+        return [self._decide(self.MessagesAppended, entries=entries)]
+
+    def update_message(self, message: object) -> list[Event]:
+        """Decide the replacement of a stored message's content.
+
+        Raises:
+            MessageNotFoundError: no message with that id exists in this session.
+        """
+        stored = normalize_message(message)
+        message_json = encode_message(stored)
+        message_id: str = stored["id"]
+        if message_id not in self.parents:
+            raise MessageNotFoundError(
+                f"message {message_id!r} does not exist in session {self.session_id!r}"
+            )
+        return [self._decide(self.MessageUpdated, message_id=message_id, message_json=message_json)]
+
+    def delete_messages(self, message_ids: Iterable[object]) -> list[Event]:
+        """Decide the deletion of the given ids that exist (unknown ids are ignored)."""
+        if isinstance(message_ids, (str, bytes)):
+            raise InvalidInputError("message_ids must be a list of ids, not a string")
+        existing: list[str] = []
+        for value in message_ids:
+            if isinstance(value, str) and value in self.parents and value not in existing:
+                existing.append(value)
+        if not existing:
+            return []
+        return [self._decide(self.MessagesDeleted, message_ids=existing)]
+
+    def clear_messages(self) -> list[Event]:
+        """Decide the removal of every message and overlay of this session."""
+        return [self._decide(self.MessagesCleared)]
+
+    def add_compaction(
+        self, summary: object, from_message_id: object, to_message_id: object
+    ) -> list[Event]:
+        """Decide a compaction overlay (ids are not validated: unknown endpoints stay inert)."""
+        if not isinstance(summary, str):
+            raise InvalidInputError(f"summary must be a string, not {type(summary).__name__}")
+        encode_message({"id": "compaction", "role": "assistant", "parts": [{"text": summary}]})
+        return [
+            self._decide(
+                self.CompactionAdded,
+                compaction_id=str(uuid.uuid4()),
+                summary=summary,
+                from_message_id=check_message_id(from_message_id, "from_message_id"),
+                to_message_id=check_message_id(to_message_id, "to_message_id"),
+            )
+        ]
+
+    # -- applying ------------------------------------------------------------------------------
+
+    def apply_events(self, events: Iterable[Aggregate.Event]) -> None:
+        """Apply events that are committed to the log, in order."""
+        for event in events:
+            event.mutate(self)
+
+    def _resolve_parent(self, parent_id: object, latest_leaf: str | None) -> str | None:
+        if parent_id is OMITTED:
+            return latest_leaf
+        if parent_id is None:
+            return None
+        if not isinstance(parent_id, str):
+            raise InvalidInputError(
+                f"parent_id must be a string or None, not {type(parent_id).__name__}"
+            )
+        if parent_id not in self.parents:
+            raise MessageNotFoundError(
+                f"parent message {parent_id[:300]!r} does not exist in session {self.session_id!r}"
+            )
+        return parent_id
+
+    def _decide(self, event_class: type[_E], **kwargs: Any) -> _E:
+        return event_class(
+            originator_id=self.id,
+            originator_version=self.version + 1,
+            timestamp=event_class.create_timestamp(),
+            session_id=self.session_id,
+            **kwargs,
+        )
+
+
+__all__ = ["OMITTED", "Session", "check_session_id", "session_aggregate_id"]

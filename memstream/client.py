@@ -1,0 +1,181 @@
+"""``memstream.connect()``: wires the log, the read models, and (when owned) the workers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from eventsourcing.domain import Aggregate
+from nats.aio.client import Client
+
+from memstream.domain.errors import InvalidInputError
+from memstream.domain.limits import check_namespace, check_session_id
+from memstream.domain.session import Session as SessionAggregate
+from memstream.projections.sqlite.database import open_database, tracked_seq
+from memstream.projections.sqlite.session_queries import SqliteSessionQueries
+from memstream.session import Session
+from memstream.settings import Settings
+from memstream.workers.aggregate_store import AggregateStore
+from memstream.workers.codec import CommandMeta
+from memstream.workers.embedded import EmbeddedRuntime
+from memstream.workers.event_log import EventLog, connect_nats
+from memstream.workers.position import PositionWatch
+from memstream.workers.projector import ProjectorWorker
+from memstream.workers.subjects import subject_for
+
+logger = logging.getLogger(__name__)
+
+
+class Memstream:
+    """A connected memstream: sessions and (later) agent memory over one log."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        client: Client,
+        log: EventLog,
+        connection: sqlite3.Connection,
+        runtime: EmbeddedRuntime | None,
+    ) -> None:
+        self.settings = settings
+        self.namespace = settings.namespace
+        self.client = client
+        self.log = log
+        self.runtime = runtime
+        self.database = connection
+        self.session_queries = SqliteSessionQueries(connection)
+        self.sessions = AggregateStore(log, self._empty_session)
+        self.sessions_position = PositionWatch("sessions", lambda: tracked_seq(connection, "sessions"))
+        self.last_write_seq = 0
+        self.projector: ProjectorWorker | None = None
+
+    def _empty_session(self, session_id: str) -> SessionAggregate:
+        return SessionAggregate.empty(self.namespace, session_id)
+
+    def session(self, session_id: str = "") -> Session:
+        """A Session builder for ``session_id`` (``""`` is the default session)."""
+        return Session(self, session_id)
+
+    def session_subject(self, session_id: str) -> str:
+        return subject_for(self.log.subject_prefix, self.namespace, "session", session_id)
+
+    async def session_command(
+        self,
+        session_id: str,
+        decide: Callable[[SessionAggregate], Sequence[Aggregate.Event]],
+        meta: CommandMeta | None = None,
+    ) -> int:
+        """Run a session command; returns the log sequence to wait for when reading."""
+        check_session_id(session_id)
+        result = await self.sessions.execute(
+            self.session_subject(session_id), session_id, decide, meta
+        )
+        self.last_write_seq = max(self.last_write_seq, result.seq)
+        return result.seq
+
+    async def wait_for_sessions(self, seq: int | None = None) -> None:
+        """Read-your-writes: wait until the sessions read model has this client's last write."""
+        await self.sessions_position.wait_for(
+            self.last_write_seq if seq is None else seq, self.settings.read_timeout
+        )
+
+    def start_workers(self) -> None:
+        """Run the projector in this process."""
+        if self.projector is not None:
+            return
+        self.projector = ProjectorWorker(
+            self.log, open_database(self._database_path()), on_commit=self.sessions_position.advance
+        )
+        self.sessions_position.local = True
+        self.projector.start()
+
+    def _database_path(self) -> Path:
+        return self.settings.data_dir / "memstream.db"
+
+    async def close(self) -> None:
+        """Stop workers, close connections, and release the embedded server if owned."""
+        if self.projector is not None:
+            await self.projector.stop()
+            self.projector.connection.close()
+            self.projector = None
+        with contextlib.suppress(Exception):
+            await self.client.drain()
+        self.database.close()
+        if self.runtime is not None:
+            await asyncio.to_thread(self.runtime.release)
+
+
+async def open_memstream(settings: Settings, *, workers: bool | None = None) -> Memstream:
+    """Connect everything ``settings`` describes (see :func:`connect`)."""
+    if settings.database_url is not None:
+        raise InvalidInputError(
+            "MEMSTREAM_DATABASE_URL (PostgreSQL read models) is not supported yet; "
+            "unset it to use SQLite in the data dir"
+        )
+    runtime: EmbeddedRuntime | None = None
+    url = settings.nats_url
+    if url is None:
+        runtime = await asyncio.to_thread(EmbeddedRuntime.acquire, settings.data_dir)
+        url = runtime.url
+    else:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        client = await connect_nats(
+            url,
+            user=settings.nats_user,
+            password=settings.nats_password,
+            token=settings.nats_token,
+            creds=settings.nats_creds,
+        )
+        log = EventLog(client, settings.stream, timeout=settings.write_timeout)
+        await log.ensure_stream()
+        connection = open_database(settings.data_dir / "memstream.db")
+    except BaseException:
+        if runtime is not None:
+            runtime.release()
+        raise
+    ms = Memstream(settings, client, log, connection, runtime)
+    run_workers = workers if workers is not None else (runtime is not None and runtime.owner)
+    if run_workers:
+        ms.start_workers()
+    return ms
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    *,
+    data_dir: str | Path | None = None,
+    nats_url: str | None = None,
+    database_url: str | None = None,
+    namespace: str = "default",
+    workers: bool | None = None,
+    settings: Settings | None = None,
+) -> AsyncIterator[Memstream]:
+    """Connect to memstream (embedded by default) for the duration of an ``async with``.
+
+    Unset arguments come from ``MEMSTREAM_*`` settings. ``workers=None`` runs the workers in this
+    process exactly when it owns the embedded log.
+
+    Example:
+        async with memstream.connect() as ms:
+            await ms.session("chat-1").append_message({"role": "user", "content": "Hi"})
+    """
+    base = settings or Settings.from_env()
+    overrides: dict[str, Any] = {
+        "data_dir": Path(data_dir) if data_dir is not None else None,
+        "nats_url": nats_url,
+        "database_url": database_url,
+    }
+    if namespace != "default" or settings is None:
+        overrides["namespace"] = check_namespace(namespace) if namespace != "default" else None
+    resolved = base.with_(**{k: v for k, v in overrides.items() if v is not None})
+    ms = await open_memstream(resolved, workers=workers)
+    try:
+        yield ms
+    finally:
+        await ms.close()

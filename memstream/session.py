@@ -1,0 +1,159 @@
+"""The Session API: one conversation as a message tree, written through the log."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from memstream.domain.limits import (
+    SEARCH_LIMIT_MAX,
+    SEARCH_QUERY_MAX_BYTES,
+    check_bytes,
+    check_int,
+    check_session_id,
+)
+from memstream.domain.messages import Message
+from memstream.domain.session import OMITTED, Session as SessionAggregate
+from memstream.projections.recent_history import RecentHistory
+
+if TYPE_CHECKING:
+    from memstream.client import Memstream
+
+
+class Session:
+    """A session of a memstream instance (lazy: nothing happens until the first call).
+
+    Writes are commands on the log; reads come from the read models after they have caught up
+    with this client's last write (read-your-writes).
+    """
+
+    def __init__(self, ms: Memstream, session_id: str = "") -> None:
+        self._ms = ms
+        self._session_id = check_session_id(session_id)
+
+    # -- builder ------------------------------------------------------------------------------
+
+    def for_session(self, session_id: str) -> Session:
+        """Select the session id (storage isolation); returns ``self``."""
+        self._session_id = check_session_id(session_id)
+        return self
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    # -- writes --------------------------------------------------------------------------------
+
+    async def _command(self, decide: Any) -> int:
+        return await self._ms.session_command(self._session_id, decide)
+
+    async def append_message(self, message: Message, parent_id: Any = OMITTED) -> int:
+        """Append a message (omitted parent → latest leaf; ``None`` → new root).
+
+        An id that already exists is a no-op (the first content wins). Returns the log sequence.
+
+        Raises:
+            MessageNotFoundError: ``parent_id`` does not exist in this session.
+            InvalidInputError: the message breaks a limit (1 MiB JSON, id 1–256 chars, shape).
+        """
+        return await self._command(lambda s: s.append_message(message, parent_id))
+
+    async def append_messages(self, messages: Sequence[Message], parent_id: Any = OMITTED) -> int:
+        """Append a chain of messages atomically (one event, ≤ 500 messages)."""
+        return await self._command(lambda s: s.append_messages(messages, parent_id))
+
+    async def update_message(self, message: Message) -> int:
+        """Replace a stored message's content (and its search text).
+
+        Raises:
+            MessageNotFoundError: no message with that id in this session.
+        """
+        return await self._command(lambda s: s.update_message(message))
+
+    async def delete_messages(self, ids: Iterable[str]) -> int:
+        """Delete messages by id (unknown ids are ignored; children are kept)."""
+        id_list = list(ids) if not isinstance(ids, str) else ids
+        return await self._command(lambda s: s.delete_messages(id_list))
+
+    async def clear_messages(self) -> int:
+        """Remove every message and compaction overlay of this session."""
+        return await self._command(SessionAggregate.clear_messages)
+
+    async def add_compaction(
+        self, summary: str, from_id: str, to_id: str
+    ) -> dict[str, Any]:
+        """Store an overlay that reads ``from_id..to_id`` as one summary message."""
+        seq = await self._command(lambda s: s.add_compaction(summary, from_id, to_id))
+        await self._ms.wait_for_sessions(seq)
+        compactions = await self.get_compactions()
+        return compactions[-1]
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    async def _queries(self) -> Any:
+        await self._ms.wait_for_sessions()
+        return self._ms.session_queries
+
+    async def get_history(self, leaf_id: str | None = None) -> list[Message]:
+        """Path root→leaf (latest leaf when ``leaf_id`` is falsy) with overlays applied."""
+        queries = await self._queries()
+        return list(queries.history(self._ms.namespace, self._session_id, leaf_id or None))
+
+    async def get_recent_history(
+        self, max_content_bytes: int, min_recent_messages: int = 1
+    ) -> RecentHistory:
+        """The most recent suffix of the active path within a byte budget."""
+        check_int("max_content_bytes", max_content_bytes, minimum=0, maximum=2**62)
+        queries = await self._queries()
+        result: RecentHistory = queries.recent_history(
+            self._ms.namespace, self._session_id, max_content_bytes, min_recent_messages
+        )
+        return result
+
+    async def get_history_row_stats(self) -> list[dict[str, Any]]:
+        """``{id, role, bytes}`` of each row on the active path, without content."""
+        queries = await self._queries()
+        return list(queries.row_stats(self._ms.namespace, self._session_id))
+
+    async def get_message(self, message_id: str) -> Message | None:
+        """One message by id, or ``None``."""
+        queries = await self._queries()
+        result: Message | None = queries.message(self._ms.namespace, self._session_id, message_id)
+        return result
+
+    async def get_latest_leaf(self) -> Message | None:
+        """The newest childless message, or ``None`` if the session is empty."""
+        queries = await self._queries()
+        result: Message | None = queries.latest_leaf(self._ms.namespace, self._session_id)
+        return result
+
+    async def get_path_length(self, leaf_id: str | None = None) -> int:
+        """Raw messages on the path to ``leaf_id`` (latest leaf by default)."""
+        queries = await self._queries()
+        return int(queries.path_length(self._ms.namespace, self._session_id, leaf_id or None))
+
+    async def get_branches(self, message_id: str) -> list[Message]:
+        """Children of a message in log order."""
+        queries = await self._queries()
+        return list(queries.branches(self._ms.namespace, self._session_id, message_id))
+
+    async def get_compactions(self) -> list[dict[str, Any]]:
+        """Stored overlays in log order."""
+        queries = await self._queries()
+        return [asdict(c) for c in queries.compactions(self._ms.namespace, self._session_id)]
+
+    async def search(self, query: str, limit: int = 20) -> list[dict[str, Any]]:
+        """Full-text search in this session (web-search syntax), best match first.
+
+        Returns ``[{id, role, content, created_at}]``; a query with nothing searchable returns
+        ``[]``.
+
+        Raises:
+            InvalidInputError: ``query`` is not a string or longer than 4 KiB; bad ``limit``.
+        """
+        check_bytes("query", query, minimum=0, maximum=SEARCH_QUERY_MAX_BYTES)
+        check_int("limit", limit, minimum=1, maximum=SEARCH_LIMIT_MAX)
+        queries = await self._queries()
+        hits = queries.search(self._ms.namespace, self._session_id, query, limit)
+        return [{k: h[k] for k in ("id", "role", "content", "created_at")} for h in hits]

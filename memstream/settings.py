@@ -1,0 +1,67 @@
+"""Settings: read once from the environment in entry points, then passed down explicitly."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from memstream.domain.limits import check_namespace
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything configurable about a memstream deployment."""
+
+    data_dir: Path = Path(".memstream")
+    nats_url: str | None = None
+    nats_creds: str | None = None
+    nats_user: str | None = None
+    nats_password: str | None = None
+    nats_token: str | None = None
+    database_url: str | None = None
+    stream: str = "MEMSTREAM"
+    namespace: str = "default"
+    embedding_model: str | None = None
+    llm_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: str | None = None
+    read_timeout: float = 10.0
+    write_timeout: float = 5.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Build settings from ``MEMSTREAM_*`` variables; explicit overrides win when not None."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {
+            "data_dir": Path(env.get("MEMSTREAM_DATA_DIR", ".memstream")),
+            "nats_url": env.get("MEMSTREAM_NATS_URL") or None,
+            "nats_creds": env.get("MEMSTREAM_NATS_CREDS") or None,
+            "nats_user": env.get("MEMSTREAM_NATS_USER") or None,
+            "nats_password": env.get("MEMSTREAM_NATS_PASSWORD") or None,
+            "nats_token": env.get("MEMSTREAM_NATS_TOKEN") or None,
+            "database_url": env.get("MEMSTREAM_DATABASE_URL") or None,
+            "stream": env.get("MEMSTREAM_STREAM", "MEMSTREAM"),
+            "namespace": env.get("MEMSTREAM_NAMESPACE", "default"),
+            "embedding_model": env.get("MEMSTREAM_EMBEDDING_MODEL") or None,
+            "llm_url": env.get("MEMSTREAM_LLM_URL") or None,
+            "llm_model": env.get("MEMSTREAM_LLM_MODEL") or None,
+            "llm_api_key": env.get("MEMSTREAM_LLM_API_KEY") or None,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if "data_dir" in overrides and overrides["data_dir"] is not None:
+            values["data_dir"] = Path(overrides["data_dir"])
+        settings = cls(**values)
+        check_namespace(settings.namespace)
+        return settings
+
+    def with_(self, **changes: Any) -> Settings:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+    @property
+    def embedded(self) -> bool:
+        """True when memstream runs its own nats-server in the data dir."""
+        return self.nats_url is None

@@ -1,0 +1,1 @@
+"""Read models: pure projectors, store ports, and the SQLite/Postgres adapters and queries."""

@@ -1,0 +1,121 @@
+"""The session projector: a pure function from a session event to read-model writes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memstream.domain.messages import decode_message, searchable_text
+from memstream.domain.session import Session
+
+# Positions order messages within the log: stream sequence, then index inside a batch event.
+BATCH_SLOTS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class InsertMessage:
+    namespace: str
+    session_id: str
+    message_id: str
+    parent_id: str | None
+    role: str
+    content: str
+    text: str
+    position: int
+    created_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateMessage:
+    namespace: str
+    session_id: str
+    message_id: str
+    content: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteMessages:
+    namespace: str
+    session_id: str
+    message_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClearSession:
+    namespace: str
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class InsertCompaction:
+    namespace: str
+    session_id: str
+    compaction_id: str
+    summary: str
+    from_message_id: str
+    to_message_id: str
+    position: int
+    created_at: str
+
+
+SessionWrite = InsertMessage | UpdateMessage | DeleteMessages | ClearSession | InsertCompaction
+
+
+def _insert(namespace: str, event: Any, entry: dict[str, Any], position: int) -> InsertMessage:
+    content: str = entry["message_json"]
+    message = decode_message(content) or {}
+    return InsertMessage(
+        namespace=namespace,
+        session_id=event.session_id,
+        message_id=entry["message_id"],
+        parent_id=entry["parent_id"],
+        role=str(message.get("role", "")),
+        content=content,
+        text=searchable_text(message),
+        position=position,
+        created_at=event.timestamp.isoformat(),
+    )
+
+
+def project_session_event(namespace: str, seq: int, event: object) -> list[SessionWrite]:
+    """Writes that apply ``event`` (at stream sequence ``seq``) to the session read models."""
+    base = seq * BATCH_SLOTS
+    if isinstance(event, Session.MessageAppended):
+        entry = {
+            "message_id": event.message_id,
+            "parent_id": event.parent_id,
+            "message_json": event.message_json,
+        }
+        return [_insert(namespace, event, entry, base)]
+    if isinstance(event, Session.MessagesAppended):
+        return [_insert(namespace, event, e, base + i) for i, e in enumerate(event.entries)]
+    if isinstance(event, Session.MessageUpdated):
+        message = decode_message(event.message_json) or {}
+        return [
+            UpdateMessage(
+                namespace,
+                event.session_id,
+                event.message_id,
+                event.message_json,
+                searchable_text(message),
+            )
+        ]
+    if isinstance(event, Session.MessagesDeleted):
+        return [DeleteMessages(namespace, event.session_id, tuple(event.message_ids))]
+    if isinstance(event, Session.MessagesCleared):
+        return [ClearSession(namespace, event.session_id)]
+    if isinstance(event, Session.CompactionAdded):
+        return [
+            InsertCompaction(
+                namespace,
+                event.session_id,
+                event.compaction_id,
+                event.summary,
+                event.from_message_id,
+                event.to_message_id,
+                base,
+                event.timestamp.isoformat(),
+            )
+        ]
+    return []

@@ -1,0 +1,1 @@
+"""SQLite (WAL, FTS5) adapters of the read-model ports."""

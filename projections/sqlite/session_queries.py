@@ -1,0 +1,208 @@
+"""Session reads from the SQLite read model: history, leaves, branches, budgets, search."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from memstream.domain.messages import Message, decode_message
+from memstream.projections.overlays import Compaction, apply_overlays
+from memstream.projections.recent_history import RecentHistory, recent_window
+from memstream.projections.search_query import to_fts5
+
+MAX_DEPTH = 10_000
+
+_PATH = """
+WITH RECURSIVE path (mid, parent_id, depth) AS (
+    SELECT mid, parent_id, 0 FROM messages WHERE sid = :sid AND id = :leaf
+    UNION ALL
+    SELECT m.mid, m.parent_id, path.depth + 1
+    FROM path JOIN messages AS m ON m.sid = :sid AND m.id = path.parent_id
+    WHERE path.depth < :max_depth
+)
+"""
+
+
+class SqliteSessionQueries:
+    """Read side of sessions; every method is one short read transaction."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.connection = connection
+
+    def _sid(self, namespace: str, session_id: str) -> int | None:
+        row = self.connection.execute(
+            "SELECT sid FROM session_keys WHERE namespace = ? AND session_id = ?",
+            (namespace, session_id),
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def _latest_leaf_id(self, sid: int) -> str | None:
+        row = self.connection.execute(
+            "SELECT id FROM messages WHERE sid = ? AND child_count = 0 "
+            "ORDER BY position DESC LIMIT 1",
+            (sid,),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def _resolve_leaf(self, sid: int, leaf_id: str | None) -> str | None:
+        return leaf_id if leaf_id else self._latest_leaf_id(sid)
+
+    def _path_contents(self, sid: int, leaf: str) -> list[str]:
+        rows = self.connection.execute(
+            _PATH + "SELECT m.content FROM path JOIN messages AS m ON m.mid = path.mid "
+            "ORDER BY path.depth DESC",
+            {"sid": sid, "leaf": leaf, "max_depth": MAX_DEPTH - 1},
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    def compactions(self, namespace: str, session_id: str) -> list[Compaction]:
+        """Overlays of a session in log order."""
+        sid = self._sid(namespace, session_id)
+        if sid is None:
+            return []
+        return self._compactions(sid)
+
+    def _compactions(self, sid: int) -> list[Compaction]:
+        rows = self.connection.execute(
+            "SELECT id, summary, from_message_id, to_message_id, created_at FROM compactions "
+            "WHERE sid = ? ORDER BY position",
+            (sid,),
+        ).fetchall()
+        return [Compaction(*row) for row in rows]
+
+    def history(self, namespace: str, session_id: str, leaf_id: str | None = None) -> list[Message]:
+        """Root→leaf path (latest leaf by default) with overlays applied; ``[]`` if unknown."""
+        sid = self._sid(namespace, session_id)
+        if sid is None:
+            return []
+        leaf = self._resolve_leaf(sid, leaf_id)
+        if leaf is None:
+            return []
+        path = [m for m in map(decode_message, self._path_contents(sid, leaf)) if m is not None]
+        return apply_overlays(path, self._compactions(sid))
+
+    def recent_history(
+        self,
+        namespace: str,
+        session_id: str,
+        max_content_bytes: int,
+        min_recent_messages: int = 1,
+    ) -> RecentHistory:
+        """The longest recent suffix of the active path within a byte budget (§3.10)."""
+        sid = self._sid(namespace, session_id)
+        leaf = None if sid is None else self._latest_leaf_id(sid)
+        if sid is None or leaf is None:
+            return RecentHistory([], False, 0)
+        rows = self.connection.execute(
+            _PATH + "SELECT path.mid, m.bytes FROM path JOIN messages AS m ON m.mid = path.mid "
+            "ORDER BY path.depth DESC",
+            {"sid": sid, "leaf": leaf, "max_depth": MAX_DEPTH - 1},
+        ).fetchall()
+        sizes = [int(r[1]) for r in rows]
+        start = recent_window(sizes, max_content_bytes, min_recent_messages)
+        window = [r[0] for r in rows[start:]]
+        contents: dict[int, str] = {}
+        for chunk_start in range(0, len(window), 500):
+            chunk = window[chunk_start : chunk_start + 500]
+            marks = ",".join("?" * len(chunk))
+            for mid, content in self.connection.execute(
+                f"SELECT mid, content FROM messages WHERE mid IN ({marks})",  # noqa: S608
+                chunk,
+            ):
+                contents[mid] = content
+        path = [m for m in (decode_message(contents[mid]) for mid in window) if m is not None]
+        return RecentHistory(
+            apply_overlays(path, self._compactions(sid)), start > 0, sum(sizes)
+        )
+
+    def row_stats(self, namespace: str, session_id: str) -> list[dict[str, Any]]:
+        """``{id, role, bytes}`` of the active path, root→leaf, without content."""
+        sid = self._sid(namespace, session_id)
+        leaf = None if sid is None else self._latest_leaf_id(sid)
+        if sid is None or leaf is None:
+            return []
+        rows = self.connection.execute(
+            _PATH + "SELECT m.id, m.role, m.bytes FROM path JOIN messages AS m "
+            "ON m.mid = path.mid ORDER BY path.depth DESC",
+            {"sid": sid, "leaf": leaf, "max_depth": MAX_DEPTH - 1},
+        ).fetchall()
+        return [{"id": r[0], "role": r[1], "bytes": r[2]} for r in rows]
+
+    def message(self, namespace: str, session_id: str, message_id: str) -> Message | None:
+        """One message by id, or ``None``."""
+        row = self.connection.execute(
+            "SELECT m.content FROM messages AS m JOIN session_keys AS k ON k.sid = m.sid "
+            "WHERE k.namespace = ? AND k.session_id = ? AND m.id = ?",
+            (namespace, session_id, message_id),
+        ).fetchone()
+        return None if row is None else decode_message(row[0])
+
+    def latest_leaf(self, namespace: str, session_id: str) -> Message | None:
+        """The childless message with the highest log position, or ``None``."""
+        sid = self._sid(namespace, session_id)
+        if sid is None:
+            return None
+        row = self.connection.execute(
+            "SELECT content FROM messages WHERE sid = ? AND child_count = 0 "
+            "ORDER BY position DESC LIMIT 1",
+            (sid,),
+        ).fetchone()
+        return None if row is None else decode_message(row[0])
+
+    def path_length(self, namespace: str, session_id: str, leaf_id: str | None = None) -> int:
+        """Raw messages on the path root→leaf (overlays ignored); 0 if unknown or empty."""
+        sid = self._sid(namespace, session_id)
+        if sid is None:
+            return 0
+        leaf = self._resolve_leaf(sid, leaf_id)
+        if leaf is None:
+            return 0
+        row = self.connection.execute(
+            _PATH + "SELECT count(*) FROM path",
+            {"sid": sid, "leaf": leaf, "max_depth": MAX_DEPTH - 1},
+        ).fetchone()
+        return int(row[0])
+
+    def branches(self, namespace: str, session_id: str, message_id: str) -> list[Message]:
+        """Children of a message in log order."""
+        sid = self._sid(namespace, session_id)
+        if sid is None:
+            return []
+        rows = self.connection.execute(
+            "SELECT content FROM messages WHERE sid = ? AND parent_id = ? ORDER BY position",
+            (sid, message_id),
+        ).fetchall()
+        return [m for m in (decode_message(r[0]) for r in rows) if m is not None]
+
+    def message_count(self, namespace: str, session_id: str) -> int:
+        """Stored messages of a session (all branches)."""
+        sid = self._sid(namespace, session_id)
+        if sid is None:
+            return 0
+        row = self.connection.execute("SELECT count(*) FROM messages WHERE sid = ?", (sid,))
+        return int(row.fetchone()[0])
+
+    def search(
+        self, namespace: str, session_id: str | None, query: str, limit: int
+    ) -> list[dict[str, Any]]:
+        """BM25-ranked hits ``{id, role, content, created_at}`` (plus ``session_id``)."""
+        expression = to_fts5(query)
+        if expression is None:
+            return []
+        params: dict[str, Any] = {"q": expression, "limit": limit, "ns": namespace}
+        where = "k.namespace = :ns"
+        if session_id is not None:
+            where += " AND k.session_id = :session"
+            params["session"] = session_id
+        rows = self.connection.execute(
+            "SELECT m.id, m.role, f.text, m.created_at, k.session_id "
+            "FROM messages_fts AS f JOIN messages AS m ON m.mid = f.rowid "
+            "JOIN session_keys AS k ON k.sid = m.sid "
+            f"WHERE messages_fts MATCH :q AND {where} "  # noqa: S608 - fixed fragments only
+            "ORDER BY bm25(messages_fts) LIMIT :limit",
+            params,
+        ).fetchall()
+        return [
+            {"id": r[0], "role": r[1], "content": r[2], "created_at": r[3], "session_id": r[4]}
+            for r in rows
+        ]

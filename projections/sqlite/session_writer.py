@@ -1,0 +1,130 @@
+"""Applies session read-model writes to SQLite (messages tree, FTS5, compaction overlays)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+
+from memstream.projections.session_writes import (
+    ClearSession,
+    DeleteMessages,
+    InsertCompaction,
+    InsertMessage,
+    SessionWrite,
+    UpdateMessage,
+)
+
+
+def session_key(connection: sqlite3.Connection, namespace: str, session_id: str) -> int:
+    """The integer key of a session, created on first use."""
+    row = connection.execute(
+        "SELECT sid FROM session_keys WHERE namespace = ? AND session_id = ?",
+        (namespace, session_id),
+    ).fetchone()
+    if row:
+        return int(row[0])
+    cursor = connection.execute(
+        "INSERT INTO session_keys (namespace, session_id) VALUES (?, ?)", (namespace, session_id)
+    )
+    return int(cursor.lastrowid or 0)
+
+
+def apply_session_writes(connection: sqlite3.Connection, writes: Iterable[SessionWrite]) -> None:
+    """Apply writes inside the caller's transaction."""
+    for write in writes:
+        sid = session_key(connection, write.namespace, write.session_id)
+        if isinstance(write, InsertMessage):
+            _insert(connection, sid, write)
+        elif isinstance(write, UpdateMessage):
+            _update(connection, sid, write)
+        elif isinstance(write, DeleteMessages):
+            for message_id in write.message_ids:
+                _delete(connection, sid, message_id)
+        elif isinstance(write, ClearSession):
+            connection.execute(
+                "DELETE FROM messages_fts WHERE rowid IN (SELECT mid FROM messages WHERE sid = ?)",
+                (sid,),
+            )
+            connection.execute("DELETE FROM messages WHERE sid = ?", (sid,))
+            connection.execute("DELETE FROM compactions WHERE sid = ?", (sid,))
+        elif isinstance(write, InsertCompaction):
+            connection.execute(
+                "INSERT INTO compactions (sid, id, summary, from_message_id, to_message_id, "
+                "position, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    sid,
+                    write.compaction_id,
+                    write.summary,
+                    write.from_message_id,
+                    write.to_message_id,
+                    write.position,
+                    write.created_at,
+                ),
+            )
+
+
+def _insert(connection: sqlite3.Connection, sid: int, write: InsertMessage) -> None:
+    exists = connection.execute(
+        "SELECT 1 FROM messages WHERE sid = ? AND id = ?", (sid, write.message_id)
+    ).fetchone()
+    if exists:  # the domain never appends an existing id; keep the first content regardless
+        return
+    children = connection.execute(
+        "SELECT count(*) FROM messages WHERE sid = ? AND parent_id = ?", (sid, write.message_id)
+    ).fetchone()[0]
+    cursor = connection.execute(
+        "INSERT INTO messages (sid, id, parent_id, role, content, bytes, position, created_at, "
+        "child_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            sid,
+            write.message_id,
+            write.parent_id,
+            write.role,
+            write.content,
+            len(write.content.encode("utf-8", "surrogatepass")),
+            write.position,
+            write.created_at,
+            children,
+        ),
+    )
+    if write.parent_id is not None:
+        connection.execute(
+            "UPDATE messages SET child_count = child_count + 1 WHERE sid = ? AND id = ?",
+            (sid, write.parent_id),
+        )
+    if write.text:
+        connection.execute(
+            "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", (cursor.lastrowid, write.text)
+        )
+
+
+def _update(connection: sqlite3.Connection, sid: int, write: UpdateMessage) -> None:
+    row = connection.execute(
+        "SELECT mid FROM messages WHERE sid = ? AND id = ?", (sid, write.message_id)
+    ).fetchone()
+    if row is None:
+        return
+    mid = row[0]
+    connection.execute(
+        "UPDATE messages SET content = ?, bytes = ? WHERE mid = ?",
+        (write.content, len(write.content.encode("utf-8", "surrogatepass")), mid),
+    )
+    connection.execute("DELETE FROM messages_fts WHERE rowid = ?", (mid,))
+    if write.text:
+        connection.execute("INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", (mid, write.text))
+
+
+def _delete(connection: sqlite3.Connection, sid: int, message_id: str) -> None:
+    row = connection.execute(
+        "SELECT mid, parent_id FROM messages WHERE sid = ? AND id = ?", (sid, message_id)
+    ).fetchone()
+    if row is None:
+        return
+    mid, parent_id = row
+    connection.execute("DELETE FROM messages_fts WHERE rowid = ?", (mid,))
+    connection.execute("DELETE FROM messages WHERE mid = ?", (mid,))
+    if parent_id is not None:
+        connection.execute(
+            "UPDATE messages SET child_count = child_count - 1 WHERE sid = ? AND id = ?",
+            (sid, parent_id),
+        )

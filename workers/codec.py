@@ -1,0 +1,99 @@
+"""Domain events to NATS messages and back: eventsourcing's transcoder plus audit headers."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any
+
+from eventsourcing.domain import CanMutateAggregate
+from eventsourcing.persistence import (
+    DatetimeAsISO,
+    DecimalAsStr,
+    JSONTranscoder,
+    Mapper,
+    StoredEvent,
+    UUIDAsHex,
+)
+
+H_TOPIC = "Ms-Topic"
+H_CLASS_VERSION = "Ms-Class-Version"
+H_ORIGINATOR_ID = "Ms-Originator-Id"
+H_ORIGINATOR_VERSION = "Ms-Originator-Version"
+H_COMMAND_ID = "Ms-Command-Id"
+H_CAUSATION_ID = "Ms-Causation-Id"
+H_CORRELATION_ID = "Ms-Correlation-Id"
+H_ACTOR = "Ms-Actor"
+H_TIMESTAMP = "Ms-Timestamp"
+H_MSG_ID = "Nats-Msg-Id"
+H_EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+
+
+@dataclass(frozen=True, slots=True)
+class CommandMeta:
+    """Who and what caused a write; carried in every event's headers for the audit trail."""
+
+    command_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    actor: str = "memstream"
+    causation_id: str = ""
+    correlation_id: str = ""
+
+
+@cache
+def mapper() -> Mapper[Any]:
+    """The process-wide mapper (built on first use, not at import)."""
+    transcoder = JSONTranscoder()
+    transcoder.register(UUIDAsHex())
+    transcoder.register(DatetimeAsISO())
+    transcoder.register(DecimalAsStr())
+    return Mapper(transcoder=transcoder)
+
+
+def encode_event(
+    event: CanMutateAggregate[Any], meta: CommandMeta, msg_id: str
+) -> tuple[bytes, dict[str, str]]:
+    """Return the payload and headers of one event's NATS message."""
+    stored = mapper().to_stored_event(event)
+    headers = stored_headers(stored, meta, msg_id)
+    headers[H_CLASS_VERSION] = str(getattr(type(event), "class_version", 1))
+    headers[H_TIMESTAMP] = event.timestamp.isoformat()
+    return stored.state, headers
+
+
+def stored_headers(stored: StoredEvent, meta: CommandMeta, msg_id: str) -> dict[str, str]:
+    """Headers for a stored event (shared by the domain path and the eventsourcing adapter)."""
+    return {
+        H_TOPIC: stored.topic,
+        H_CLASS_VERSION: "1",
+        H_ORIGINATOR_ID: str(stored.originator_id),
+        H_ORIGINATOR_VERSION: str(stored.originator_version),
+        H_COMMAND_ID: meta.command_id,
+        H_CAUSATION_ID: meta.causation_id or meta.command_id,
+        H_CORRELATION_ID: meta.correlation_id or meta.command_id,
+        H_ACTOR: meta.actor,
+        H_TIMESTAMP: datetime.now(UTC).isoformat(),
+        H_MSG_ID: msg_id,
+    }
+
+
+def to_stored_event(payload: bytes, headers: dict[str, str]) -> StoredEvent:
+    """Rebuild eventsourcing's stored event from a NATS message."""
+    originator: Any = headers[H_ORIGINATOR_ID]
+    try:
+        originator = uuid.UUID(originator)
+    except ValueError:
+        pass
+    return StoredEvent(
+        originator_id=originator,
+        originator_version=int(headers[H_ORIGINATOR_VERSION]),
+        topic=headers[H_TOPIC],
+        state=payload,
+    )
+
+
+def decode_event(payload: bytes, headers: dict[str, str]) -> CanMutateAggregate[Any]:
+    """Rebuild the domain event of a NATS message (upcasting old class versions)."""
+    event: CanMutateAggregate[Any] = mapper().to_domain_event(to_stored_event(payload, headers))
+    return event

@@ -1,0 +1,272 @@
+"""The append-only log: one JetStream stream, one subject per aggregate instance.
+
+Async-native. Publishes carry ``Nats-Msg-Id`` (idempotent retries inside the duplicate window)
+and ``Nats-Expected-Last-Subject-Sequence`` (optimistic concurrency per aggregate). Every call is
+bounded in time and raises :class:`UnavailableError` instead of hanging when NATS is away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+
+from memstream.domain.errors import UnavailableError
+from memstream.workers.codec import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID
+
+logger = logging.getLogger(__name__)
+
+WRONG_LAST_SEQUENCE = 10071
+DUPLICATE_WINDOW_SECONDS = 120.0
+
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.StaleConnectionError,
+    nats.js.errors.ServiceUnavailableError,
+    asyncio.TimeoutError,
+    ConnectionError,
+    OSError,
+)
+
+
+class ExpectedSequenceMismatch(Exception):
+    """The subject moved on since the caller loaded it (JetStream error 10071)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    """One message to append: payload, headers (without the log's own), and its dedupe id."""
+
+    payload: bytes
+    headers: dict[str, str]
+    msg_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One message read from the log with its stream sequence."""
+
+    seq: int
+    subject: str
+    payload: bytes
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    """Where the last message of a publish landed; ``duplicate`` if the log had it already."""
+
+    seq: int
+    duplicate: bool
+
+
+async def connect_nats(
+    url: str,
+    *,
+    name: str = "memstream",
+    user: str | None = None,
+    password: str | None = None,
+    token: str | None = None,
+    creds: str | None = None,
+    connect_timeout: float = 2.0,
+) -> Client:
+    """Connect to NATS with reconnects enabled; raise :class:`UnavailableError` if unreachable."""
+    options: dict[str, Any] = {
+        "servers": [url],
+        "name": name,
+        "connect_timeout": connect_timeout,
+        "allow_reconnect": True,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 0.25,
+    }
+    if user:
+        options["user"] = user
+        options["password"] = password
+    if token:
+        options["token"] = token
+    if creds:
+        options["user_credentials"] = creds
+
+    async def _quiet(error: Exception) -> None:
+        logger.debug("nats: %s", error)
+
+    options["error_cb"] = _quiet
+    try:
+        return await nats.connect(**options, allow_reconnect_on_initial_connect=False)  # type: ignore[no-any-return]
+    except TypeError:  # older nats-py without that keyword
+        return await nats.connect(**options)  # type: ignore[no-any-return]
+    except _TRANSIENT as error:
+        raise UnavailableError(f"cannot reach NATS at {url}: {error}") from error
+    except nats.errors.NoServersError as error:
+        raise UnavailableError(f"cannot reach NATS at {url}: {error}") from error
+
+
+class EventLog:
+    """The stream: create/configure it, append to subjects, read subjects back."""
+
+    def __init__(
+        self, client: Client, stream: str, subject_prefix: str = "ms", timeout: float = 2.0
+    ) -> None:
+        self.client = client
+        self.stream = stream
+        self.subject_prefix = subject_prefix
+        self.timeout = timeout
+        self.js: JetStreamContext = client.jetstream(timeout=timeout)
+
+    async def ensure_stream(self) -> None:
+        """Create the stream if missing (file storage, dedupe window, deletes denied)."""
+        config = api.StreamConfig(
+            name=self.stream,
+            subjects=[f"{self.subject_prefix}.>"],
+            storage=api.StorageType.FILE,
+            retention=api.RetentionPolicy.LIMITS,
+            duplicate_window=DUPLICATE_WINDOW_SECONDS,
+            deny_delete=True,
+            allow_direct=True,
+            allow_atomic=True,
+        )
+        try:
+            try:
+                await self.js.stream_info(self.stream)
+            except nats.js.errors.NotFoundError:
+                await self.js.add_stream(config)
+        except _TRANSIENT as error:
+            raise UnavailableError(f"NATS stream {self.stream!r} unavailable: {error}") from error
+
+    async def publish(
+        self, subject: str, messages: Sequence[OutgoingMessage], expected_last_seq: int | None
+    ) -> PublishResult:
+        """Append messages to one subject, the first guarded by the expected last sequence.
+
+        A single message is one atomic publish. Several messages are sent as one JetStream atomic
+        batch, so they commit all or none.
+
+        Raises:
+            ExpectedSequenceMismatch: the subject moved on (another writer won).
+            UnavailableError: NATS did not acknowledge within the timeout.
+        """
+        if len(messages) == 1:
+            return await self._publish_one(subject, messages[0], expected_last_seq)
+        return await self._publish_batch(subject, messages, expected_last_seq)
+
+    async def _publish_one(
+        self, subject: str, message: OutgoingMessage, expected_last_seq: int | None
+    ) -> PublishResult:
+        headers = dict(message.headers)
+        headers[H_MSG_ID] = message.msg_id
+        if expected_last_seq is not None:
+            headers[H_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
+        try:
+            ack = await self.js.publish(
+                subject, message.payload, timeout=self.timeout, headers=headers
+            )
+        except nats.js.errors.BadRequestError as error:
+            if error.err_code == WRONG_LAST_SEQUENCE:
+                raise ExpectedSequenceMismatch(str(error)) from None
+            raise
+        except _TRANSIENT as error:
+            raise UnavailableError(f"NATS did not acknowledge a write to {subject}: {error!r}") from error
+        return PublishResult(seq=ack.seq, duplicate=bool(ack.duplicate))
+
+    async def _publish_batch(
+        self, subject: str, messages: Sequence[OutgoingMessage], expected_last_seq: int | None
+    ) -> PublishResult:
+        batch_id = messages[0].msg_id[:64]
+        inbox = self.client.new_inbox()
+        future: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+
+        async def _on_reply(msg: Msg) -> None:
+            if not future.done():
+                future.set_result(msg)
+
+        sub = await self.client.subscribe(inbox, cb=_on_reply)
+        try:
+            for index, message in enumerate(messages, start=1):
+                headers = dict(message.headers)
+                headers[H_MSG_ID] = message.msg_id
+                headers["Nats-Batch-Id"] = batch_id
+                headers["Nats-Batch-Sequence"] = str(index)
+                if index == 1 and expected_last_seq is not None:
+                    headers[H_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
+                if index == len(messages):
+                    headers["Nats-Batch-Commit"] = "1"
+                    await self.client.publish(subject, message.payload, reply=inbox, headers=headers)
+                else:
+                    await self.client.publish(subject, message.payload, headers=headers)
+            reply = await asyncio.wait_for(future, self.timeout)
+        except _TRANSIENT as error:
+            raise UnavailableError(f"NATS did not acknowledge a batch to {subject}: {error!r}") from error
+        finally:
+            await sub.unsubscribe()
+        import json
+
+        body = json.loads(reply.data or b"{}")
+        if "error" in body:
+            if body["error"].get("err_code") == WRONG_LAST_SEQUENCE:
+                raise ExpectedSequenceMismatch(body["error"].get("description", ""))
+            raise nats.js.errors.BadRequestError(
+                code=body["error"].get("code"),
+                err_code=body["error"].get("err_code"),
+                description=body["error"].get("description"),
+            )
+        return PublishResult(seq=int(body["seq"]), duplicate=bool(body.get("duplicate")))
+
+    async def last_seq(self, subject: str) -> int:
+        """Stream sequence of the subject's last message, 0 if it has none."""
+        try:
+            message = await self.js.get_last_msg(self.stream, subject)
+        except nats.js.errors.NotFoundError:
+            return 0
+        except _TRANSIENT as error:
+            raise UnavailableError(f"cannot read {subject} from NATS: {error!r}") from error
+        return int(message.seq or 0)
+
+    async def read_subject(
+        self, subject: str, after_seq: int = 0, *, batch: int = 1000
+    ) -> AsyncIterator[LogEntry]:
+        """Yield the subject's messages with sequence greater than ``after_seq``, in order."""
+        last = await self.last_seq(subject)
+        if last <= after_seq:
+            return
+        config = api.ConsumerConfig(
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=after_seq + 1,
+            ack_policy=api.AckPolicy.NONE,
+            filter_subject=subject,
+            inactive_threshold=30.0,
+            mem_storage=True,
+        )
+        try:
+            psub = await self.js.pull_subscribe(subject, durable=None, stream=self.stream, config=config)
+        except _TRANSIENT as error:
+            raise UnavailableError(f"cannot read {subject} from NATS: {error!r}") from error
+        try:
+            seq = after_seq
+            while seq < last:
+                try:
+                    msgs = await psub.fetch(batch=batch, timeout=self.timeout)
+                except _TRANSIENT as error:
+                    raise UnavailableError(f"cannot read {subject} from NATS: {error!r}") from error
+                for msg in msgs:
+                    seq = msg.metadata.sequence.stream
+                    yield LogEntry(seq, msg.subject, msg.data, dict(msg.headers or {}))
+                    if seq >= last:
+                        break
+        finally:
+            try:
+                await psub.unsubscribe()
+            except Exception:  # noqa: BLE001 - best effort: an ephemeral consumer expires anyway
+                logger.debug("unsubscribe of a subject reader failed", exc_info=True)

@@ -1,0 +1,260 @@
+"""The projector worker: a durable, ordered JetStream pull consumer feeding SQLite read models.
+
+Each batch is applied in one transaction together with each projection's tracking row, then
+acknowledged; a redelivered sequence at or below the tracked one is skipped. On start the
+durable consumer is (re)positioned at the read models' tracked sequence, so a dropped read model
+is rebuilt from the log and a killed worker resumes exactly where its last commit ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js import api
+
+from memstream.projections.session_writes import project_session_event
+from memstream.projections.sqlite.database import (
+    record_dead_letter,
+    set_tracked_seq,
+    tracked_seq,
+)
+from memstream.projections.sqlite.session_writer import apply_session_writes
+from memstream.workers.codec import H_TOPIC, decode_event
+from memstream.workers.event_log import EventLog, LogEntry
+from memstream.workers.subjects import parse_subject
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 5
+
+
+class Projection(Protocol):
+    """One read model fed by the projector."""
+
+    name: str
+
+    def apply(self, connection: sqlite3.Connection, subject: str, seq: int, event: object) -> None:
+        """Write the effects of one event (inside the projector's transaction)."""
+
+
+class SessionProjection:
+    """Messages tree, message FTS and compaction overlays."""
+
+    name = "sessions"
+
+    def apply(self, connection: sqlite3.Connection, subject: str, seq: int, event: object) -> None:
+        namespace = parse_subject(subject).namespace
+        apply_session_writes(connection, project_session_event(namespace, seq, event))
+
+
+def default_projections() -> list[Projection]:
+    """The projections the ``projector`` worker maintains."""
+    return [SessionProjection()]
+
+
+class PoisonEvent(Exception):
+    """An event that cannot be decoded or applied however often it is retried."""
+
+
+@dataclass
+class ProjectorStats:
+    """Counters for status output and tests."""
+
+    applied: int = 0
+    skipped: int = 0
+    dead_lettered: int = 0
+    transient_failures: int = 0
+    attempts: dict[int, int] = field(default_factory=dict)
+
+
+def apply_batch(
+    connection: sqlite3.Connection,
+    projections: Sequence[Projection],
+    entries: Sequence[LogEntry],
+    stats: ProjectorStats,
+) -> int:
+    """Apply entries in one transaction; return the highest sequence now tracked.
+
+    A failing event is retried by the caller (the transaction rolls back); after
+    ``MAX_ATTEMPTS`` failures, or at once when it cannot be decoded, it is recorded as a dead
+    letter and passed over. Raises on failures that should be retried.
+    """
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        positions = {p.name: tracked_seq(connection, p.name) for p in projections}
+        for entry in entries:
+            pending = [p for p in projections if entry.seq > positions[p.name]]
+            if not pending:
+                stats.skipped += 1
+                continue
+            try:
+                event = decode_event(entry.payload, entry.headers)
+            except Exception as error:  # noqa: BLE001 - any decode failure is a poison message
+                for projection in pending:
+                    _dead_letter(connection, projection.name, entry, error, 1, stats)
+                    positions[projection.name] = entry.seq
+                continue
+            for projection in pending:
+                connection.execute("SAVEPOINT event")
+                try:
+                    projection.apply(connection, entry.subject, entry.seq, event)
+                except sqlite3.OperationalError:
+                    raise  # locked/busy/disk: transient, retry the whole batch
+                except Exception as error:
+                    connection.execute("ROLLBACK TO event")
+                    connection.execute("RELEASE event")
+                    attempts = stats.attempts.get(entry.seq, 0) + 1
+                    stats.attempts[entry.seq] = attempts
+                    if attempts < MAX_ATTEMPTS:
+                        raise
+                    _dead_letter(connection, projection.name, entry, error, attempts, stats)
+                else:
+                    connection.execute("RELEASE event")
+                    stats.applied += 1
+                positions[projection.name] = entry.seq
+        for name, seq in positions.items():
+            set_tracked_seq(connection, name, seq)
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    return min(positions.values()) if positions else 0
+
+
+def _dead_letter(
+    connection: sqlite3.Connection,
+    projection: str,
+    entry: LogEntry,
+    error: BaseException,
+    attempts: int,
+    stats: ProjectorStats,
+) -> None:
+    logger.error("dead letter: %s seq %d on %s: %r", projection, entry.seq, entry.subject, error)
+    record_dead_letter(
+        connection,
+        projection,
+        entry.seq,
+        entry.subject,
+        entry.headers.get(H_TOPIC, ""),
+        repr(error),
+        attempts,
+    )
+    stats.dead_lettered += 1
+
+
+class ProjectorWorker:
+    """Consumes the whole stream in order and keeps the read models current."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        connection: sqlite3.Connection,
+        *,
+        projections: Sequence[Projection] | None = None,
+        durable: str = "projector",
+        batch_size: int = 500,
+        on_commit: Callable[[int], None] | None = None,
+    ) -> None:
+        self.log = log
+        self.connection = connection
+        self.projections = list(projections or default_projections())
+        self.durable = durable
+        self.batch_size = batch_size
+        self.on_commit = on_commit
+        self.stats = ProjectorStats()
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start_position(self) -> int:
+        """First stream sequence not yet applied by every projection."""
+        return min(tracked_seq(self.connection, p.name) for p in self.projections) + 1
+
+    async def _bind(self) -> object:
+        js = self.log.js
+        start = self.start_position()
+        try:
+            info = await js.consumer_info(self.log.stream, self.durable)
+            floor = info.ack_floor.stream_seq if info.ack_floor else 0
+            if floor != start - 1 or info.num_ack_pending:
+                await js.delete_consumer(self.log.stream, self.durable)
+                raise nats.js.errors.NotFoundError
+        except nats.js.errors.NotFoundError:
+            await js.add_consumer(
+                self.log.stream,
+                api.ConsumerConfig(
+                    durable_name=self.durable,
+                    deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                    opt_start_seq=start,
+                    ack_policy=api.AckPolicy.ALL,
+                    ack_wait=60.0,
+                    max_ack_pending=-1,
+                    filter_subject=f"{self.log.subject_prefix}.>",
+                ),
+            )
+        return await js.pull_subscribe_bind(self.durable, self.log.stream)
+
+    def start(self) -> None:
+        """Run in the background of the current event loop."""
+        self._task = asyncio.create_task(self.run(), name=f"memstream-{self.durable}")
+
+    async def stop(self) -> None:
+        """Stop after the batch in hand is committed."""
+        self._stopping.set()
+        if self._task is not None:
+            await asyncio.wait([self._task], timeout=10)
+            if not self._task.done():
+                self._task.cancel()
+            self._task = None
+
+    async def run(self) -> None:
+        """Consume until :meth:`stop` (reconnecting and re-binding after NATS outages)."""
+        if self.on_commit:
+            self.on_commit(self.start_position() - 1)
+        while not self._stopping.is_set():
+            try:
+                subscription = await self._bind()
+                await self._consume(subscription)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if self._stopping.is_set():
+                    break
+                logger.warning("projector %s lost NATS; retrying", self.durable, exc_info=True)
+                await asyncio.sleep(0.25)
+
+    async def _consume(self, subscription: object) -> None:
+        fetch = subscription.fetch  # type: ignore[attr-defined]
+        while not self._stopping.is_set():
+            try:
+                msgs: list[Msg] = await fetch(self.batch_size, timeout=0.5)
+            except (TimeoutError, nats.errors.TimeoutError):
+                continue
+            if not msgs:
+                continue
+            entries = [
+                LogEntry(m.metadata.sequence.stream, m.subject, m.data, dict(m.headers or {}))
+                for m in msgs
+            ]
+            seq = await self._apply_with_retry(entries)
+            if self.on_commit:
+                self.on_commit(seq)
+            await msgs[-1].ack()  # AckPolicy.ALL: acknowledges the whole batch
+
+    async def _apply_with_retry(self, entries: Sequence[LogEntry]) -> int:
+        delay = 0.05
+        while True:
+            try:
+                return apply_batch(self.connection, self.projections, entries, self.stats)
+            except Exception:
+                self.stats.transient_failures += 1
+                logger.exception("projector %s: batch failed; retrying in %.2fs", self.durable, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
