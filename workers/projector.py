@@ -60,8 +60,8 @@ def default_projections() -> list[Projection]:
     return [SessionProjection()]
 
 
-class PoisonEvent(Exception):
-    """An event that cannot be decoded or applied however often it is retried."""
+class _Rewound(Exception):
+    """The read model's tracked position went backwards (a rebuild started)."""
 
 
 @dataclass
@@ -172,6 +172,7 @@ class ProjectorWorker:
         self.stats = ProjectorStats()
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._committed = 0
 
     def start_position(self) -> int:
         """First stream sequence not yet applied by every projection."""
@@ -216,12 +217,15 @@ class ProjectorWorker:
 
     async def run(self) -> None:
         """Consume until :meth:`stop` (reconnecting and re-binding after NATS outages)."""
-        if self.on_commit:
-            self.on_commit(self.start_position() - 1)
         while not self._stopping.is_set():
             try:
+                self._committed = self.start_position() - 1
+                if self.on_commit:
+                    self.on_commit(self._committed)
                 subscription = await self._bind()
                 await self._consume(subscription)
+            except _Rewound:
+                logger.info("projector %s: read model was rebuilt; re-binding", self.durable)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -239,11 +243,14 @@ class ProjectorWorker:
                 continue
             if not msgs:
                 continue
+            if self.start_position() - 1 < self._committed:
+                raise _Rewound  # someone dropped the read model to rebuild it
             entries = [
                 LogEntry(m.metadata.sequence.stream, m.subject, m.data, dict(m.headers or {}))
                 for m in msgs
             ]
             seq = await self._apply_with_retry(entries)
+            self._committed = seq
             if self.on_commit:
                 self.on_commit(seq)
             await msgs[-1].ack()  # AckPolicy.ALL: acknowledges the whole batch

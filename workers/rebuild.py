@@ -1,0 +1,167 @@
+"""Rebuild read models from the log, and verify a live read model against a scratch rebuild."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nats.js import api
+
+from memstream.domain.errors import InvalidInputError, UnavailableError
+from memstream.projections.sqlite.checksum import checksum
+from memstream.projections.sqlite.database import drop_projection, open_database, tracked_seq
+from memstream.workers.event_log import EventLog, LogEntry
+from memstream.workers.projector import Projection, ProjectorStats, apply_batch, default_projections
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    """Outcome of comparing a live read model with a scratch rebuild at the same sequence."""
+
+    projection: str
+    seq: int
+    live: str
+    rebuilt: str
+
+    @property
+    def ok(self) -> bool:
+        return self.live == self.rebuilt
+
+
+async def stream_last_seq(log: EventLog) -> int:
+    """The stream's last sequence right now."""
+    info = await log.js.stream_info(log.stream)
+    return int(info.state.last_seq)
+
+
+async def catch_up(
+    log: EventLog,
+    connection: sqlite3.Connection,
+    projections: Sequence[Projection],
+    *,
+    until: int,
+    progress: Progress | None = None,
+    batch: int = 1000,
+) -> int:
+    """Apply the log to ``connection`` from its tracked position up to sequence ``until``.
+
+    Uses an ephemeral consumer, so it can run beside a live projector: every event is applied
+    once, by whichever commits first. Returns the sequence reached.
+    """
+    start = min(tracked_seq(connection, p.name) for p in projections) + 1
+    if start > until:
+        return start - 1
+    config = api.ConsumerConfig(
+        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=start,
+        ack_policy=api.AckPolicy.NONE,
+        filter_subject=f"{log.subject_prefix}.>",
+        inactive_threshold=60.0,
+        mem_storage=True,
+    )
+    subscription = await log.js.pull_subscribe(
+        f"{log.subject_prefix}.>", durable=None, stream=log.stream, config=config
+    )
+    stats = ProjectorStats()
+    reached = start - 1
+    try:
+        while reached < until:
+            try:
+                msgs = await subscription.fetch(batch=batch, timeout=log.timeout)
+            except TimeoutError as error:
+                raise UnavailableError(f"log stopped at {reached} before {until}") from error
+            entries = [
+                LogEntry(m.metadata.sequence.stream, m.subject, m.data, dict(m.headers or {}))
+                for m in msgs
+                if m.metadata.sequence.stream <= until
+            ]
+            if entries:
+                await asyncio.to_thread(apply_batch, connection, projections, entries, stats)
+            reached = max(reached, msgs[-1].metadata.sequence.stream) if msgs else reached
+            if progress:
+                progress(min(reached, until), until)
+    finally:
+        await subscription.unsubscribe()
+    return min(reached, until)
+
+
+async def rebuild(
+    log: EventLog,
+    database: Path,
+    names: Sequence[str] | None = None,
+    *,
+    progress: Progress | None = None,
+) -> int:
+    """Drop the named projections in ``database`` and replay the log into them.
+
+    A projector running elsewhere on the same database notices the rewind and re-binds its
+    consumer; both then skip what the other committed. Returns the sequence reached.
+    """
+    projections = _select(names)
+    connection = open_database(database)
+    try:
+        for projection in projections:
+            drop_projection(connection, projection.name)
+        return await catch_up(
+            log, connection, projections, until=await stream_last_seq(log), progress=progress
+        )
+    finally:
+        connection.close()
+
+
+async def verify(
+    log: EventLog,
+    database: Path,
+    names: Sequence[str] | None = None,
+    *,
+    as_of: int | None = None,
+    progress: Progress | None = None,
+    wait_timeout: float = 30.0,
+) -> list[VerifyResult]:
+    """Rebuild into a scratch database and compare checksums with the live one.
+
+    Without ``as_of``, compares at the stream's end (waiting for the live projector to reach it).
+    With ``as_of``, only builds the scratch state at that sequence and reports its checksum
+    (``live`` is the live checksum, comparable only when the live model is at that sequence).
+    """
+    projections = _select(names)
+    live = open_database(database)
+    try:
+        target = as_of if as_of is not None else await stream_last_seq(log)
+        if as_of is None:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + wait_timeout
+            while min(tracked_seq(live, p.name) for p in projections) < target:
+                if loop.time() > deadline:
+                    raise UnavailableError(f"live read model did not reach {target}")
+                await asyncio.sleep(0.05)
+        with tempfile.TemporaryDirectory(prefix="memstream-verify-") as scratch_dir:
+            scratch = open_database(Path(scratch_dir) / "scratch.db")
+            try:
+                await catch_up(log, scratch, projections, until=target, progress=progress)
+                return [
+                    VerifyResult(p.name, target, checksum(live, p.name), checksum(scratch, p.name))
+                    for p in projections
+                ]
+            finally:
+                scratch.close()
+    finally:
+        live.close()
+
+
+def _select(names: Sequence[str] | None) -> list[Projection]:
+    available = {p.name: p for p in default_projections()}
+    if not names:
+        return list(available.values())
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        raise InvalidInputError(
+            f"unknown projection {unknown[0]!r}; known: {', '.join(sorted(available))}"
+        )
+    return [available[n] for n in names]

@@ -1,0 +1,49 @@
+"""Run a worker as a long-lived service (``memstream worker NAME``, failure tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from memstream.domain.errors import InvalidInputError
+from memstream.projections.sqlite.database import open_database
+from memstream.workers.event_log import EventLog, connect_nats
+from memstream.workers.projector import ProjectorWorker
+
+logger = logging.getLogger(__name__)
+
+WORKERS = ("projector",)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """What a worker process needs: where the log is and where its read models live."""
+
+    nats_url: str
+    stream: str
+    database: Path
+    batch_size: int = 500
+
+
+async def run_worker(name: str, config: WorkerConfig, stop: asyncio.Event) -> None:
+    """Run worker ``name`` until ``stop`` is set.
+
+    Raises:
+        InvalidInputError: unknown worker name.
+    """
+    if name not in WORKERS:
+        raise InvalidInputError(f"unknown worker {name!r}; known: {', '.join(WORKERS)}")
+    client = await connect_nats(config.nats_url, name=f"memstream-{name}")
+    log = EventLog(client, config.stream)
+    await log.ensure_stream()
+    connection = open_database(config.database)
+    worker = ProjectorWorker(log, connection, batch_size=config.batch_size)
+    worker.start()
+    try:
+        await stop.wait()
+    finally:
+        await worker.stop()
+        connection.close()
+        await client.drain()
