@@ -104,7 +104,9 @@ class Memstream:
             self.projector.connection.close()
             self.projector = None
         with contextlib.suppress(Exception):
-            await self.client.drain()
+            await self.client.flush(timeout=2)
+        with contextlib.suppress(Exception):
+            await self.client.close()
         self.database.close()
         if self.runtime is not None:
             await asyncio.to_thread(self.runtime.release)

@@ -9,6 +9,7 @@ is rebuilt from the log and a killed worker resumes exactly where its last commi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -207,12 +208,13 @@ class ProjectorWorker:
         self._task = asyncio.create_task(self.run(), name=f"memstream-{self.durable}")
 
     async def stop(self) -> None:
-        """Stop after the batch in hand is committed."""
+        """Stop consuming. Safe at any await point: a batch commits synchronously, and an
+        unacknowledged batch is redelivered and skipped by its tracking row."""
         self._stopping.set()
         if self._task is not None:
-            await asyncio.wait([self._task], timeout=10)
-            if not self._task.done():
-                self._task.cancel()
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
             self._task = None
 
     async def run(self) -> None:
@@ -223,7 +225,11 @@ class ProjectorWorker:
                 if self.on_commit:
                     self.on_commit(self._committed)
                 subscription = await self._bind()
-                await self._consume(subscription)
+                try:
+                    await self._consume(subscription)
+                finally:
+                    with contextlib.suppress(Exception):
+                        await subscription.unsubscribe()  # type: ignore[attr-defined]
             except _Rewound:
                 logger.info("projector %s: read model was rebuilt; re-binding", self.durable)
             except asyncio.CancelledError:

@@ -46,4 +46,5 @@ async def run_worker(name: str, config: WorkerConfig, stop: asyncio.Event) -> No
     finally:
         await worker.stop()
         connection.close()
-        await client.drain()
+        await client.flush(timeout=2)
+        await client.close()
