@@ -24,8 +24,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
-	$(BIN)/lint-imports
+	$(BIN)/python tools/package_checks.py
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -35,9 +35,7 @@ def check_chars(name: str, value: object, *, minimum: int, maximum: int) -> str:
     """Check a string's length in characters against ``[minimum, maximum]``."""
     text = require_str(name, value)
     if len(text) < minimum:
-        raise InvalidInputError(
-            f"{name} is {len(text)} characters; the minimum is {minimum}"
-        )
+        raise InvalidInputError(f"{name} is {len(text)} characters; the minimum is {minimum}")
     if len(text) > maximum:
         raise InvalidInputError(f"{name} is {len(text)} characters; the limit is {maximum}")
     return text

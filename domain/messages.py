@@ -1,4 +1,4 @@
-"""Session messages: validation, the canonical JSON form, and the text that full-text search sees."""
+"""Session messages: validation, canonical JSON, and the text that full-text search sees."""
 
 from __future__ import annotations
 
@@ -83,7 +83,9 @@ def searchable_text(message: Message) -> str:
     texts = [
         part["text"]
         for part in message.get("parts", [])
-        if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        if isinstance(part, Mapping)
+        and part.get("type") == "text"
+        and isinstance(part.get("text"), str)
     ]
     return " ".join(t for t in texts if t)
 

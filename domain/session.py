@@ -162,6 +162,7 @@ class Session(Aggregate):
         if message_id in self.parents:
             return []
         parent = self._resolve_parent(parent_id, self.latest_leaf)
+        self._refuse_cycle(message_id, parent)
         return [
             self._decide(
                 self.MessageAppended,
@@ -195,6 +196,7 @@ class Session(Aggregate):
                 parent = message_id
                 continue
             seen.add(message_id)
+            self._refuse_cycle(message_id, parent)
             entries.append(
                 {"message_id": message_id, "parent_id": parent, "message_json": message_json}
             )
@@ -273,14 +275,35 @@ class Session(Aggregate):
             )
         return parent_id
 
+    def _refuse_cycle(self, message_id: str, parent_id: str | None) -> None:
+        """Refuse an append that would make a message its own ancestor.
+
+        Deleting a message keeps its children's parent ids, so re-appending a deleted id under
+        one of its former descendants would close a loop. Only ids that orphans point at can do
+        that, so the ancestor walk runs only for them.
+        """
+        if parent_id is None or self.child_counts.get(message_id, 0) == 0:
+            return
+        current: str | None = parent_id
+        for _ in range(len(self.parents) + 1):
+            if current == message_id:
+                raise InvalidInputError(
+                    f"appending {message_id!r} under {parent_id!r} would make it its own ancestor"
+                )
+            if current is None or current not in self.parents:
+                return
+            current = self.parents[current]
+
     def _decide(self, event_class: type[_E], **kwargs: Any) -> _E:
-        return event_class(
+        factory: Any = event_class  # the event dataclass's fields are generated at runtime
+        event: _E = factory(
             originator_id=self.id,
             originator_version=self.version + 1,
             timestamp=event_class.create_timestamp(),
             session_id=self.session_id,
             **kwargs,
         )
+        return event
 
 
 __all__ = ["OMITTED", "Session", "check_session_id", "session_aggregate_id"]

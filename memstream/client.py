@@ -50,7 +50,9 @@ class Memstream:
         self.database = connection
         self.session_queries = SqliteSessionQueries(connection)
         self.sessions = AggregateStore(log, self._empty_session)
-        self.sessions_position = PositionWatch("sessions", lambda: tracked_seq(connection, "sessions"))
+        self.sessions_position = PositionWatch(
+            "sessions", lambda: tracked_seq(connection, "sessions")
+        )
         self.last_write_seq = 0
         self.projector: ProjectorWorker | None = None
 

@@ -14,7 +14,8 @@ from memstream.domain.limits import (
     check_session_id,
 )
 from memstream.domain.messages import Message
-from memstream.domain.session import OMITTED, Session as SessionAggregate
+from memstream.domain.session import OMITTED
+from memstream.domain.session import Session as SessionAggregate
 from memstream.projections.recent_history import RecentHistory
 
 if TYPE_CHECKING:
@@ -80,9 +81,7 @@ class Session:
         """Remove every message and compaction overlay of this session."""
         return await self._command(SessionAggregate.clear_messages)
 
-    async def add_compaction(
-        self, summary: str, from_id: str, to_id: str
-    ) -> dict[str, Any]:
+    async def add_compaction(self, summary: str, from_id: str, to_id: str) -> dict[str, Any]:
         """Store an overlay that reads ``from_id..to_id`` as one summary message."""
         seq = await self._command(lambda s: s.add_compaction(summary, from_id, to_id))
         await self._ms.wait_for_sessions(seq)

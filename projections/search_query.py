@@ -143,7 +143,6 @@ def to_fts5(query: str) -> str | None:
     return expression
 
 
-
 def to_tsquery_parts(query: str) -> list[tuple[list[str], bool]] | None:
     """Clauses for PostgreSQL: each is (phrases joined by OR, negated); phrases are word lists
     to be passed as parameters to ``phraseto_tsquery`` (never spliced into SQL)."""

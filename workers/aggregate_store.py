@@ -98,7 +98,8 @@ class AggregateStore(Generic[A]):
                     # An earlier attempt of this command is already in the log: read it back.
                     await self._fast_forward(subject, cached)
                     return CommandResult((), cached.seq)
-                cached.aggregate.apply_events(events)
+                for event in events:
+                    event.mutate(cached.aggregate)
                 cached.seq = result.seq
                 return CommandResult(events, result.seq)
         raise ConcurrencyError(
@@ -140,5 +141,3 @@ class AggregateStore(Generic[A]):
 
 def _msg_id(command_id: str, index: int, count: int) -> str:
     return command_id if count == 1 else f"{command_id}:{index}"
-
-

@@ -74,7 +74,9 @@ class NatsServerProcess:
         return f"nats://127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, store_dir: Path, port: int | None = None, log_path: Path | None = None) -> NatsServerProcess:
+    def start(
+        cls, store_dir: Path, port: int | None = None, log_path: Path | None = None
+    ) -> NatsServerProcess:
         """Start ``nats-server -js`` on 127.0.0.1 and wait until it is ready."""
         store_dir.mkdir(parents=True, exist_ok=True)
         port = port or free_port()
@@ -82,13 +84,17 @@ class NatsServerProcess:
         command = [
             nats_server_binary(),
             "-js",
-            "-a", "127.0.0.1",
-            "-p", str(port),
-            "-sd", str(store_dir),
-            "-l", str(log_path),
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-sd",
+            str(store_dir),
+            "-l",
+            str(log_path),
         ]
         log_path.write_text("")
-        process = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+        process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
         server = cls(process, port, store_dir, log_path)
@@ -103,7 +109,9 @@ class NatsServerProcess:
                     f"nats-server exited with {self.process.returncode}: "
                     f"{self.log_path.read_text()[-500:]}"
                 )
-            if "Server is ready" in self.log_path.read_text(errors="replace") and port_open(self.port):
+            if "Server is ready" in self.log_path.read_text(errors="replace") and port_open(
+                self.port
+            ):
                 return
             time.sleep(0.02)
         self.stop()
@@ -154,7 +162,9 @@ class EmbeddedRuntime:
             return cls._become_owner(data_dir, runtime_path, lock_file)
 
     @classmethod
-    def _become_owner(cls, data_dir: Path, runtime_path: Path, lock_file: IO[str]) -> EmbeddedRuntime:
+    def _become_owner(
+        cls, data_dir: Path, runtime_path: Path, lock_file: IO[str]
+    ) -> EmbeddedRuntime:
         recorded = _read_runtime(runtime_path)
         if recorded:
             _stop_orphan(recorded)
@@ -166,7 +176,9 @@ class EmbeddedRuntime:
                 raise
             server = NatsServerProcess.start(data_dir / "nats")
         runtime_path.write_text(
-            json.dumps({"port": server.port, "server_pid": server.process.pid, "owner_pid": os.getpid()})
+            json.dumps(
+                {"port": server.port, "server_pid": server.process.pid, "owner_pid": os.getpid()}
+            )
         )
         return cls(data_dir, server.url, owner=True, server=server, _lock_file=lock_file)
 
@@ -181,7 +193,12 @@ class EmbeddedRuntime:
             lock_file.close()
             return False
         taken = self._become_owner(self.data_dir, self.data_dir / "runtime.json", lock_file)
-        self.url, self.owner, self.server, self._lock_file = taken.url, True, taken.server, lock_file
+        self.url, self.owner, self.server, self._lock_file = (
+            taken.url,
+            True,
+            taken.server,
+            lock_file,
+        )
         return True
 
     def release(self) -> None:

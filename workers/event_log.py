@@ -105,9 +105,9 @@ async def connect_nats(
 
     options["error_cb"] = _quiet
     try:
-        return await nats.connect(**options, allow_reconnect_on_initial_connect=False)  # type: ignore[no-any-return]
+        return await nats.connect(**options, allow_reconnect_on_initial_connect=False)
     except TypeError:  # older nats-py without that keyword
-        return await nats.connect(**options)  # type: ignore[no-any-return]
+        return await nats.connect(**options)
     except _TRANSIENT as error:
         raise UnavailableError(f"cannot reach NATS at {url}: {error}") from error
     except nats.errors.NoServersError as error:
@@ -178,7 +178,9 @@ class EventLog:
                 raise ExpectedSequenceMismatch(str(error)) from None
             raise
         except _TRANSIENT as error:
-            raise UnavailableError(f"NATS did not acknowledge a write to {subject}: {error!r}") from error
+            raise UnavailableError(
+                f"NATS did not acknowledge a write to {subject}: {error!r}"
+            ) from error
         return PublishResult(seq=ack.seq, duplicate=bool(ack.duplicate))
 
     async def _publish_batch(
@@ -203,12 +205,16 @@ class EventLog:
                     headers[H_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
                 if index == len(messages):
                     headers["Nats-Batch-Commit"] = "1"
-                    await self.client.publish(subject, message.payload, reply=inbox, headers=headers)
+                    await self.client.publish(
+                        subject, message.payload, reply=inbox, headers=headers
+                    )
                 else:
                     await self.client.publish(subject, message.payload, headers=headers)
             reply = await asyncio.wait_for(future, self.timeout)
         except _TRANSIENT as error:
-            raise UnavailableError(f"NATS did not acknowledge a batch to {subject}: {error!r}") from error
+            raise UnavailableError(
+                f"NATS did not acknowledge a batch to {subject}: {error!r}"
+            ) from error
         finally:
             await sub.unsubscribe()
         import json
@@ -250,7 +256,9 @@ class EventLog:
             mem_storage=True,
         )
         try:
-            psub = await self.js.pull_subscribe(subject, durable=None, stream=self.stream, config=config)
+            psub = await self.js.pull_subscribe(
+                subject, durable=None, stream=self.stream, config=config
+            )
         except _TRANSIENT as error:
             raise UnavailableError(f"cannot read {subject} from NATS: {error!r}") from error
         try:
@@ -268,5 +276,5 @@ class EventLog:
         finally:
             try:
                 await psub.unsubscribe()
-            except Exception:  # noqa: BLE001 - best effort: an ephemeral consumer expires anyway
+            except Exception:
                 logger.debug("unsubscribe of a subject reader failed", exc_info=True)

@@ -98,7 +98,7 @@ def apply_batch(
                 continue
             try:
                 event = decode_event(entry.payload, entry.headers)
-            except Exception as error:  # noqa: BLE001 - any decode failure is a poison message
+            except Exception as error:
                 for projection in pending:
                     _dead_letter(connection, projection.name, entry, error, 1, stats)
                     positions[projection.name] = entry.seq
@@ -268,6 +268,8 @@ class ProjectorWorker:
                 return apply_batch(self.connection, self.projections, entries, self.stats)
             except Exception:
                 self.stats.transient_failures += 1
-                logger.exception("projector %s: batch failed; retrying in %.2fs", self.durable, delay)
+                logger.exception(
+                    "projector %s: batch failed; retrying in %.2fs", self.durable, delay
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)

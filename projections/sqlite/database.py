@@ -155,7 +155,7 @@ def drop_projection(connection: sqlite3.Connection, projection: str) -> None:
     connection.execute("BEGIN IMMEDIATE")
     try:
         for table in PROJECTION_TABLES[projection]:
-            connection.execute(f"DELETE FROM {table}")  # noqa: S608 - table names are constants
+            connection.execute(f"DELETE FROM {table}")
         connection.execute("DELETE FROM tracking WHERE projection = ?", (projection,))
         connection.execute("DELETE FROM dead_letters WHERE projection = ?", (projection,))
         connection.execute("COMMIT")

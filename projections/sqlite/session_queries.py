@@ -106,14 +106,12 @@ class SqliteSessionQueries:
             chunk = window[chunk_start : chunk_start + 500]
             marks = ",".join("?" * len(chunk))
             for mid, content in self.connection.execute(
-                f"SELECT mid, content FROM messages WHERE mid IN ({marks})",  # noqa: S608
+                f"SELECT mid, content FROM messages WHERE mid IN ({marks})",
                 chunk,
             ):
                 contents[mid] = content
         path = [m for m in (decode_message(contents[mid]) for mid in window) if m is not None]
-        return RecentHistory(
-            apply_overlays(path, self._compactions(sid)), start > 0, sum(sizes)
-        )
+        return RecentHistory(apply_overlays(path, self._compactions(sid)), start > 0, sum(sizes))
 
     def row_stats(self, namespace: str, session_id: str) -> list[dict[str, Any]]:
         """``{id, role, bytes}`` of the active path, root→leaf, without content."""
@@ -198,7 +196,7 @@ class SqliteSessionQueries:
             "SELECT m.id, m.role, f.text, m.created_at, k.session_id "
             "FROM messages_fts AS f JOIN messages AS m ON m.mid = f.rowid "
             "JOIN session_keys AS k ON k.sid = m.sid "
-            f"WHERE messages_fts MATCH :q AND {where} "  # noqa: S608 - fixed fragments only
+            f"WHERE messages_fts MATCH :q AND {where} "
             "ORDER BY bm25(messages_fts) LIMIT :limit",
             params,
         ).fetchall()

@@ -111,7 +111,9 @@ def _update(connection: sqlite3.Connection, sid: int, write: UpdateMessage) -> N
     )
     connection.execute("DELETE FROM messages_fts WHERE rowid = ?", (mid,))
     if write.text:
-        connection.execute("INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", (mid, write.text))
+        connection.execute(
+            "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", (mid, write.text)
+        )
 
 
 def _delete(connection: sqlite3.Connection, sid: int, message_id: str) -> None:

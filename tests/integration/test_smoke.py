@@ -9,7 +9,9 @@ async def test_append_then_read_your_writes(ms: Memstream) -> None:
     # Given a session
     session = ms.session("chat-1")
     # When two messages are appended
-    await session.append_message({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Hi"}]})
+    await session.append_message(
+        {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Hi"}]}
+    )
     await session.append_message({"id": "m2", "role": "assistant", "content": "Hello"})
     # Then the history shows both, in order, immediately
     history = await session.get_history()
