@@ -55,6 +55,8 @@ class Memstream:
         )
         self.last_write_seq = 0
         self.projector: ProjectorWorker | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._run_workers = False
 
     def _empty_session(self, session_id: str) -> SessionAggregate:
         return SessionAggregate.empty(self.namespace, session_id)
@@ -99,8 +101,30 @@ class Memstream:
     def _database_path(self) -> Path:
         return self.settings.data_dir / "memstream.db"
 
+    def watch_ownership(self, run_workers: bool, interval: float = 0.5) -> None:
+        """As a guest of another process's embedded server, take it over when that owner
+        exits: restart the server from the same store on the same port (the NATS client
+        reconnects by itself) and, if ``run_workers``, run the workers here from then on."""
+        runtime = self.runtime
+        if runtime is None or runtime.owner or self._watchdog is not None:
+            return
+
+        async def watch() -> None:
+            while not await asyncio.to_thread(runtime.try_take_over):
+                await asyncio.sleep(interval)
+            logger.info("took over the embedded NATS server of %s", runtime.data_dir)
+            if run_workers:
+                self.start_workers()
+
+        self._watchdog = asyncio.create_task(watch(), name="memstream-ownership")
+
     async def close(self) -> None:
         """Stop workers, close connections, and release the embedded server if owned."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+            self._watchdog = None
         if self.projector is not None:
             await self.projector.stop()
             self.projector.connection.close()
@@ -147,6 +171,8 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
     run_workers = workers if workers is not None else (runtime is not None and runtime.owner)
     if run_workers:
         ms.start_workers()
+    elif runtime is not None and workers is None:
+        ms.watch_ownership(run_workers=True)
     return ms
 
 

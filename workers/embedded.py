@@ -163,12 +163,14 @@ class EmbeddedRuntime:
 
     @classmethod
     def _become_owner(
-        cls, data_dir: Path, runtime_path: Path, lock_file: IO[str]
+        cls, data_dir: Path, runtime_path: Path, lock_file: IO[str], port_hint: int | None = None
     ) -> EmbeddedRuntime:
         recorded = _read_runtime(runtime_path)
         if recorded:
             _stop_orphan(recorded)
-        port = recorded["port"] if recorded and not port_open(recorded["port"]) else None
+            port_hint = port_hint or recorded["port"]
+        # Reuse the known port so clients of the previous owner reconnect by themselves.
+        port = port_hint if port_hint and not port_open(port_hint) else None
         try:
             server = NatsServerProcess.start(data_dir / "nats", port=port)
         except UnavailableError:
@@ -192,7 +194,12 @@ class EmbeddedRuntime:
         except BlockingIOError:
             lock_file.close()
             return False
-        taken = self._become_owner(self.data_dir, self.data_dir / "runtime.json", lock_file)
+        taken = self._become_owner(
+            self.data_dir,
+            self.data_dir / "runtime.json",
+            lock_file,
+            int(self.url.rsplit(":", 1)[1]),
+        )
         self.url, self.owner, self.server, self._lock_file = (
             taken.url,
             True,
