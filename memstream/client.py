@@ -110,7 +110,9 @@ class Memstream:
             return
 
         async def watch() -> None:
-            while not await asyncio.to_thread(runtime.try_take_over):
+            while True:
+                if await asyncio.to_thread(runtime.try_take_over):
+                    break
                 await asyncio.sleep(interval)
             logger.info("took over the embedded NATS server of %s", runtime.data_dir)
             if run_workers:

@@ -15,8 +15,10 @@ async def test_second_client_uses_the_running_server_and_takes_over(tmp_path: Pa
     owner = await open_memstream(settings)
     guest = await open_memstream(settings)
     try:
-        assert owner.runtime is not None and owner.runtime.owner
-        assert guest.runtime is not None and not guest.runtime.owner
+        assert owner.runtime is not None
+        assert owner.runtime.owner
+        assert guest.runtime is not None
+        assert not guest.runtime.owner
         assert guest.runtime.url == owner.runtime.url
         # When the guest writes, the owner's projector serves the guest's read-your-writes
         await guest.session("s").append_message({"id": "m1", "role": "user", "content": "one"})
@@ -26,7 +28,9 @@ async def test_second_client_uses_the_running_server_and_takes_over(tmp_path: Pa
         # Then the guest takes ownership, restarts the server from the same store, runs the
         # projector, and nothing acknowledged is lost
         async with asyncio.timeout(30):
-            while not (guest.runtime.owner and guest.projector is not None):
+            while True:
+                if guest.runtime.owner and guest.projector is not None:
+                    break
                 await asyncio.sleep(0.05)
             while True:
                 try:
@@ -34,7 +38,7 @@ async def test_second_client_uses_the_running_server_and_takes_over(tmp_path: Pa
                         {"id": "m2", "role": "user", "content": "two"}
                     )
                     break
-                except Exception:  # noqa: BLE001 - the client reconnects to the restarted server
+                except Exception:  # the client reconnects to the restarted server meanwhile
                     await asyncio.sleep(0.1)
         history = await guest.session("s").get_history()
         assert [m["id"] for m in history] == ["m1", "m2"]
