@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ from memstream.domain.messages import Message
 from memstream.domain.session import OMITTED
 from memstream.domain.session import Session as SessionAggregate
 from memstream.projections.recent_history import RecentHistory
+from memstream.workers.codec import decode_event
 
 if TYPE_CHECKING:
     from memstream.client import Memstream
@@ -87,6 +88,21 @@ class Session:
         await self._ms.wait_for_sessions(seq)
         compactions = await self.get_compactions()
         return compactions[-1]
+
+    # -- events --------------------------------------------------------------------------------
+
+    async def subscribe(self, after_seq: int | None = None) -> AsyncIterator[Any]:
+        """Yield this session's domain events as they are committed to the log (typed objects
+        such as ``MessageAppended``), from ``after_seq + 1`` or, by default, from now on.
+
+        Example:
+            async for event in session.subscribe():
+                print(type(event).__name__, event.message_id)
+        """
+        async for entry in self._ms.log.follow(
+            self._ms.session_subject(self._session_id), after_seq
+        ):
+            yield decode_event(entry.payload, entry.headers)
 
     # -- reads ---------------------------------------------------------------------------------
 

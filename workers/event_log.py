@@ -8,8 +8,10 @@ bounded in time and raises :class:`UnavailableError` instead of hanging when NAT
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,9 +160,29 @@ class EventLog:
             ExpectedSequenceMismatch: the subject moved on (another writer won).
             UnavailableError: NATS did not acknowledge within the timeout.
         """
+        expected = {} if expected_last_seq is None else {subject: expected_last_seq}
+        return await self.publish_many([(subject, message) for message in messages], expected)
+
+    async def publish_many(
+        self,
+        messages: Sequence[tuple[str, OutgoingMessage]],
+        expected_last_seqs: Mapping[str, int],
+    ) -> PublishResult:
+        """Append messages to one or more subjects, all or none (one JetStream atomic batch).
+
+        The first message of each subject in ``expected_last_seqs`` carries that subject's
+        expected last sequence (the server refuses the header on later messages of a batch).
+        A batch whose message ids the log has seen already is refused by the server (JetStream
+        error 10201) rather than acknowledged as a duplicate.
+
+        Raises:
+            ExpectedSequenceMismatch: a guarded subject moved on (another writer won).
+            UnavailableError: NATS did not acknowledge within the timeout.
+        """
         if len(messages) == 1:
-            return await self._publish_one(subject, messages[0], expected_last_seq)
-        return await self._publish_batch(subject, messages, expected_last_seq)
+            subject, message = messages[0]
+            return await self._publish_one(subject, message, expected_last_seqs.get(subject))
+        return await self._publish_batch(messages, expected_last_seqs)
 
     async def _publish_one(
         self, subject: str, message: OutgoingMessage, expected_last_seq: int | None
@@ -184,9 +206,10 @@ class EventLog:
         return PublishResult(seq=ack.seq, duplicate=bool(ack.duplicate))
 
     async def _publish_batch(
-        self, subject: str, messages: Sequence[OutgoingMessage], expected_last_seq: int | None
+        self, messages: Sequence[tuple[str, OutgoingMessage]], expected_last_seqs: Mapping[str, int]
     ) -> PublishResult:
-        batch_id = messages[0].msg_id[:64]
+        # The batch id must be unique among the server's open batches (at most 64 characters).
+        batch_id = uuid.uuid4().hex
         inbox = self.client.new_inbox()
         future: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
 
@@ -195,14 +218,16 @@ class EventLog:
                 future.set_result(msg)
 
         sub = await self.client.subscribe(inbox, cb=_on_reply)
+        guarded: set[str] = set()
         try:
-            for index, message in enumerate(messages, start=1):
+            for index, (subject, message) in enumerate(messages, start=1):
                 headers = dict(message.headers)
                 headers[H_MSG_ID] = message.msg_id
                 headers["Nats-Batch-Id"] = batch_id
                 headers["Nats-Batch-Sequence"] = str(index)
-                if index == 1 and expected_last_seq is not None:
-                    headers[H_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
+                if subject in expected_last_seqs and subject not in guarded:
+                    headers[H_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seqs[subject])
+                    guarded.add(subject)
                 if index == len(messages):
                     headers["Nats-Batch-Commit"] = "1"
                     await self.client.publish(
@@ -213,12 +238,10 @@ class EventLog:
             reply = await asyncio.wait_for(future, self.timeout)
         except _TRANSIENT as error:
             raise UnavailableError(
-                f"NATS did not acknowledge a batch to {subject}: {error!r}"
+                f"NATS did not acknowledge a batch to {messages[0][0]}: {error!r}"
             ) from error
         finally:
             await sub.unsubscribe()
-        import json
-
         body = json.loads(reply.data or b"{}")
         if "error" in body:
             if body["error"].get("err_code") == WRONG_LAST_SEQUENCE:
@@ -278,3 +301,44 @@ class EventLog:
                 await psub.unsubscribe()
             except Exception:
                 logger.debug("unsubscribe of a subject reader failed", exc_info=True)
+
+    async def follow(
+        self, subject: str, after_seq: int | None = None, *, batch: int = 256
+    ) -> AsyncIterator[LogEntry]:
+        """Yield the subject's messages as they are appended (from ``after_seq + 1``, or only new
+        ones when ``None``) until the caller stops iterating. Survives NATS reconnects."""
+        if after_seq is None:
+            after_seq = await self.last_seq(subject)
+        seq = after_seq
+        while True:
+            config = api.ConsumerConfig(
+                deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=seq + 1,
+                ack_policy=api.AckPolicy.NONE,
+                filter_subject=subject,
+                inactive_threshold=30.0,
+                mem_storage=True,
+            )
+            try:
+                psub = await self.js.pull_subscribe(
+                    subject, durable=None, stream=self.stream, config=config
+                )
+            except _TRANSIENT:
+                await asyncio.sleep(0.25)
+                continue
+            try:
+                while True:
+                    try:
+                        msgs = await psub.fetch(batch=batch, timeout=1.0)
+                    except (TimeoutError, nats.errors.TimeoutError):
+                        continue
+                    for msg in msgs:
+                        seq = msg.metadata.sequence.stream
+                        yield LogEntry(seq, msg.subject, msg.data, dict(msg.headers or {}))
+            except _TRANSIENT:
+                await asyncio.sleep(0.25)  # consumer lost with the connection: recreate it
+            finally:
+                try:
+                    await psub.unsubscribe()
+                except Exception:
+                    logger.debug("unsubscribe of a follower failed", exc_info=True)
