@@ -1,4 +1,4 @@
-"""Stable keys for keyed context entries (skills, search entries), as the reference computes them."""
+"""Stable keys for keyed context entries (skills, search entries), as in the reference."""
 
 from __future__ import annotations
 
