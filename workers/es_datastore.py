@@ -9,7 +9,6 @@ translate failures into eventsourcing's persistence errors. The recorders in
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
@@ -29,7 +28,6 @@ from eventsourcing.persistence import (
     StoredEvent,
 )
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 
 from memstream.domain.errors import UnavailableError
 from memstream.workers.codec import H_ORIGINATOR_ID, H_ORIGINATOR_VERSION, H_TOPIC
@@ -293,41 +291,11 @@ async def _last(log: EventLog, subject: str, header: str) -> tuple[int, int | No
 async def _read_batch(
     log: EventLog, filter_subject: str, start_seq: int, batch: int
 ) -> tuple[list[LogEntry], int]:
-    """Up to ``batch`` messages matching ``filter_subject`` from ``start_seq`` on (one batch
-    direct get), and how many more match after them."""
-    loop = asyncio.get_running_loop()
-    entries: list[LogEntry] = []
-    done: asyncio.Future[int] = loop.create_future()
-
-    async def on_message(msg: Msg) -> None:
-        headers = dict(msg.headers or {})
-        status = headers.get("Status")
-        if done.done():
-            return
-        if status == "204":  # end of batch
-            done.set_result(int(headers.get("Nats-Num-Pending", 0)))
-        elif status == "404":  # nothing matches from start_seq on
-            done.set_result(0)
-        elif status:
-            done.set_exception(DatabaseError(f"direct get from {log.stream} failed: {headers}"))
-        else:
-            seq = int(headers["Nats-Sequence"])
-            entries.append(LogEntry(seq, headers["Nats-Subject"], msg.data, headers))
-
-    request = {"seq": start_seq, "next_by_subj": filter_subject, "batch": batch}
-    inbox = log.client.new_inbox()
+    """One batch direct get (see :meth:`EventLog.read_batch`) with eventsourcing's errors."""
     try:
-        sub = await log.client.subscribe(inbox, cb=on_message)
-        try:
-            await log.client.publish(
-                f"$JS.API.DIRECT.GET.{log.stream}", json.dumps(request).encode(), reply=inbox
-            )
-            pending = await asyncio.wait_for(done, log.timeout)
-        finally:
-            await sub.unsubscribe()
-    except (nats.errors.Error, OSError) as error:  # TimeoutError is an OSError
-        raise OperationalError(f"cannot read {filter_subject} from NATS: {error!r}") from error
-    return entries, pending
+        return await log.read_batch(filter_subject, start_seq, batch)
+    except UnavailableError as error:
+        raise OperationalError(str(error)) from error
 
 
 async def _scan(

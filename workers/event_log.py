@@ -263,44 +263,62 @@ class EventLog:
             raise UnavailableError(f"cannot read {subject} from NATS: {error!r}") from error
         return int(message.seq or 0)
 
+    async def read_batch(
+        self, filter_subject: str, start_seq: int, batch: int = 1000
+    ) -> tuple[list[LogEntry], int]:
+        """Up to ``batch`` messages matching ``filter_subject`` from ``start_seq`` on, in one
+        JetStream batch direct get, and how many more match after them.
+
+        Raises:
+            UnavailableError: NATS did not answer within the timeout, or refused the request.
+        """
+        loop = asyncio.get_running_loop()
+        entries: list[LogEntry] = []
+        done: asyncio.Future[int] = loop.create_future()
+
+        async def on_message(msg: Msg) -> None:
+            headers = dict(msg.headers or {})
+            status = headers.get("Status")
+            if done.done():
+                return
+            if status == "204":  # end of batch
+                done.set_result(int(headers.get("Nats-Num-Pending", 0)))
+            elif status == "404":  # nothing matches from start_seq on
+                done.set_result(0)
+            elif status:
+                done.set_exception(
+                    UnavailableError(f"direct get from {self.stream} failed: {headers}")
+                )
+            else:
+                seq = int(headers["Nats-Sequence"])
+                entries.append(LogEntry(seq, headers["Nats-Subject"], msg.data, headers))
+
+        request = {"seq": start_seq, "next_by_subj": filter_subject, "batch": batch}
+        try:
+            sub = await self.client.subscribe(inbox := self.client.new_inbox(), cb=on_message)
+            try:
+                await self.client.publish(
+                    f"$JS.API.DIRECT.GET.{self.stream}", json.dumps(request).encode(), reply=inbox
+                )
+                pending = await asyncio.wait_for(done, self.timeout)
+            finally:
+                await sub.unsubscribe()
+        except _TRANSIENT as error:
+            raise UnavailableError(f"cannot read {filter_subject} from NATS: {error!r}") from error
+        return entries, pending
+
     async def read_subject(
         self, subject: str, after_seq: int = 0, *, batch: int = 1000
     ) -> AsyncIterator[LogEntry]:
-        """Yield the subject's messages with sequence greater than ``after_seq``, in order."""
-        last = await self.last_seq(subject)
-        if last <= after_seq:
-            return
-        config = api.ConsumerConfig(
-            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=after_seq + 1,
-            ack_policy=api.AckPolicy.NONE,
-            filter_subject=subject,
-            inactive_threshold=30.0,
-            mem_storage=True,
-        )
-        try:
-            psub = await self.js.pull_subscribe(
-                subject, durable=None, stream=self.stream, config=config
-            )
-        except _TRANSIENT as error:
-            raise UnavailableError(f"cannot read {subject} from NATS: {error!r}") from error
-        try:
-            seq = after_seq
-            while seq < last:
-                try:
-                    msgs = await psub.fetch(batch=batch, timeout=self.timeout)
-                except _TRANSIENT as error:
-                    raise UnavailableError(f"cannot read {subject} from NATS: {error!r}") from error
-                for msg in msgs:
-                    seq = msg.metadata.sequence.stream
-                    yield LogEntry(seq, msg.subject, msg.data, dict(msg.headers or {}))
-                    if seq >= last:
-                        break
-        finally:
-            try:
-                await psub.unsubscribe()
-            except Exception:
-                logger.debug("unsubscribe of a subject reader failed", exc_info=True)
+        """Yield the messages matching ``subject`` with sequence greater than ``after_seq``."""
+        seq = after_seq + 1
+        while True:
+            entries, pending = await self.read_batch(subject, seq, batch)
+            for entry in entries:
+                yield entry
+            if not entries or pending == 0:
+                return
+            seq = entries[-1].seq + 1
 
     async def follow(
         self, subject: str, after_seq: int | None = None, *, batch: int = 256
