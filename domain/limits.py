@@ -31,6 +31,16 @@ def require_str(name: str, value: object) -> str:
     return value
 
 
+def utf8_size(name: str, text: str) -> int:
+    """UTF-8 length of ``text``; lone surrogates (not encodable, so not storable) are refused."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as error:
+        raise InvalidInputError(
+            f"{name} is not valid Unicode: lone surrogate at index {error.start}"
+        ) from None
+
+
 def check_chars(name: str, value: object, *, minimum: int, maximum: int) -> str:
     """Check a string's length in characters against ``[minimum, maximum]``."""
     text = require_str(name, value)
@@ -38,13 +48,14 @@ def check_chars(name: str, value: object, *, minimum: int, maximum: int) -> str:
         raise InvalidInputError(f"{name} is {len(text)} characters; the minimum is {minimum}")
     if len(text) > maximum:
         raise InvalidInputError(f"{name} is {len(text)} characters; the limit is {maximum}")
+    utf8_size(name, text)
     return text
 
 
 def check_bytes(name: str, value: object, *, minimum: int, maximum: int) -> str:
     """Check a string's UTF-8 length in bytes against ``[minimum, maximum]``."""
     text = require_str(name, value)
-    size = len(text.encode("utf-8", "surrogatepass"))
+    size = utf8_size(name, text)
     if size < minimum:
         raise InvalidInputError(f"{name} is {size} bytes; the minimum is {minimum}")
     if size > maximum:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memstream.domain.errors import InvalidInputError
-from memstream.domain.limits import MESSAGE_MAX_BYTES, check_message_id
+from memstream.domain.limits import MESSAGE_MAX_BYTES, check_message_id, utf8_size
 
 Message = dict[str, Any]
 COMPACTION_PREFIX = "compaction_"
@@ -47,13 +47,14 @@ def encode_message(message: Message) -> str:
     """Return the canonical JSON of a message, checking the 1 MiB limit.
 
     Raises:
-        InvalidInputError: the message is not JSON-serialisable or is larger than 1 MiB.
+        InvalidInputError: the message is not JSON-serialisable, holds a lone surrogate, or is
+            larger than 1 MiB.
     """
     try:
         text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as error:
         raise InvalidInputError(f"message {message.get('id')!r} is not JSON: {error}") from None
-    size = len(text.encode("utf-8", "surrogatepass"))
+    size = utf8_size(f"message {str(message.get('id'))[:64]!r}", text)
     if size > MESSAGE_MAX_BYTES:
         raise InvalidInputError(
             f"message {str(message.get('id'))[:64]!r} is {size} bytes of JSON; "

@@ -186,17 +186,17 @@ class Session(Aggregate):
                 f"messages has {len(messages)} items; the limit is {BATCH_MAX_MESSAGES}"
             )
         parent = self._resolve_parent(parent_id, self.latest_leaf)
-        seen: set[str] = set()
+        pending: dict[str, str | None] = {}  # this batch's parents, for the cycle check
         entries: list[dict[str, Any]] = []
         for message in messages:
             stored = normalize_message(message)
             message_json = encode_message(stored)
             message_id: str = stored["id"]
-            if message_id in self.parents or message_id in seen:
+            if message_id in self.parents or message_id in pending:
                 parent = message_id
                 continue
-            seen.add(message_id)
-            self._refuse_cycle(message_id, parent)
+            self._refuse_cycle(message_id, parent, pending)
+            pending[message_id] = parent
             entries.append(
                 {"message_id": message_id, "parent_id": parent, "message_json": message_json}
             )
@@ -224,6 +224,10 @@ class Session(Aggregate):
         """Decide the deletion of the given ids that exist (unknown ids are ignored)."""
         if isinstance(message_ids, (str, bytes)):
             raise InvalidInputError("message_ids must be a list of ids, not a string")
+        if not isinstance(message_ids, Iterable):
+            raise InvalidInputError(
+                f"message_ids must be a list of ids, not {type(message_ids).__name__}"
+            )
         existing: list[str] = []
         for value in message_ids:
             if isinstance(value, str) and value in self.parents and value not in existing:
@@ -275,24 +279,31 @@ class Session(Aggregate):
             )
         return parent_id
 
-    def _refuse_cycle(self, message_id: str, parent_id: str | None) -> None:
+    def _refuse_cycle(
+        self, message_id: str, parent_id: str | None, pending: dict[str, str | None] | None = None
+    ) -> None:
         """Refuse an append that would make a message its own ancestor.
 
         Deleting a message keeps its children's parent ids, so re-appending a deleted id under
         one of its former descendants would close a loop. Only ids that orphans point at can do
-        that, so the ancestor walk runs only for them.
+        that, so the ancestor walk runs only for them. ``pending`` holds the parents of messages
+        decided earlier in the same batch (not yet in :attr:`parents`).
         """
         if parent_id is None or self.child_counts.get(message_id, 0) == 0:
             return
+        pending = pending or {}
         current: str | None = parent_id
-        for _ in range(len(self.parents) + 1):
+        for _ in range(len(self.parents) + len(pending) + 1):
             if current == message_id:
                 raise InvalidInputError(
                     f"appending {message_id!r} under {parent_id!r} would make it its own ancestor"
                 )
-            if current is None or current not in self.parents:
+            if current in pending:
+                current = pending[current]
+            elif current is not None and current in self.parents:
+                current = self.parents[current]
+            else:
                 return
-            current = self.parents[current]
 
     def _decide(self, event_class: type[_E], **kwargs: Any) -> _E:
         factory: Any = event_class  # the event dataclass's fields are generated at runtime

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import (
     SEARCH_LIMIT_MAX,
     SEARCH_QUERY_MAX_BYTES,
     check_bytes,
     check_int,
     check_session_id,
+    require_str,
 )
 from memstream.domain.messages import Message
 from memstream.domain.session import OMITTED
@@ -75,7 +78,8 @@ class Session:
 
     async def delete_messages(self, ids: Iterable[str]) -> int:
         """Delete messages by id (unknown ids are ignored; children are kept)."""
-        id_list = list(ids) if not isinstance(ids, str) else ids
+        # Non-lists go to the domain unchanged, which refuses them with InvalidInputError.
+        id_list = list(ids) if isinstance(ids, Iterable) and not isinstance(ids, str) else ids
         return await self._command(lambda s: s.delete_messages(id_list))
 
     async def clear_messages(self) -> int:
@@ -84,10 +88,17 @@ class Session:
 
     async def add_compaction(self, summary: str, from_id: str, to_id: str) -> dict[str, Any]:
         """Store an overlay that reads ``from_id..to_id`` as one summary message."""
-        seq = await self._command(lambda s: s.add_compaction(summary, from_id, to_id))
+        decided: list[Any] = []
+
+        def decide(session: SessionAggregate) -> list[Any]:
+            decided[:] = session.add_compaction(summary, from_id, to_id)
+            return decided
+
+        seq = await self._command(decide)
         await self._ms.wait_for_sessions(seq)
-        compactions = await self.get_compactions()
-        return compactions[-1]
+        # Find ours by id: other writers may have added overlays since.
+        compaction_id = decided[-1].compaction_id
+        return next(c for c in await self.get_compactions() if c["id"] == compaction_id)
 
     # -- events --------------------------------------------------------------------------------
 
@@ -112,14 +123,28 @@ class Session:
 
     async def get_history(self, leaf_id: str | None = None) -> list[Message]:
         """Path root→leaf (latest leaf when ``leaf_id`` is falsy) with overlays applied."""
+        leaf = _optional_id("leaf_id", leaf_id)
         queries = await self._queries()
-        return list(queries.history(self._ms.namespace, self._session_id, leaf_id or None))
+        return list(queries.history(self._ms.namespace, self._session_id, leaf))
 
     async def get_recent_history(
         self, max_content_bytes: int, min_recent_messages: int = 1
     ) -> RecentHistory:
-        """The most recent suffix of the active path within a byte budget."""
+        """The most recent suffix of the active path within a byte budget.
+
+        Raises:
+            InvalidInputError: ``max_content_bytes`` is not an integer ≥ 0, or
+                ``min_recent_messages`` is not a finite number.
+        """
         check_int("max_content_bytes", max_content_bytes, minimum=0, maximum=2**62)
+        if (
+            isinstance(min_recent_messages, bool)
+            or not isinstance(min_recent_messages, (int, float))
+            or not math.isfinite(min_recent_messages)
+        ):
+            raise InvalidInputError(
+                f"min_recent_messages must be a finite number, not {min_recent_messages!r}"
+            )
         queries = await self._queries()
         result: RecentHistory = queries.recent_history(
             self._ms.namespace, self._session_id, max_content_bytes, min_recent_messages
@@ -133,6 +158,7 @@ class Session:
 
     async def get_message(self, message_id: str) -> Message | None:
         """One message by id, or ``None``."""
+        require_str("message_id", message_id)
         queries = await self._queries()
         result: Message | None = queries.message(self._ms.namespace, self._session_id, message_id)
         return result
@@ -145,11 +171,13 @@ class Session:
 
     async def get_path_length(self, leaf_id: str | None = None) -> int:
         """Raw messages on the path to ``leaf_id`` (latest leaf by default)."""
+        leaf = _optional_id("leaf_id", leaf_id)
         queries = await self._queries()
-        return int(queries.path_length(self._ms.namespace, self._session_id, leaf_id or None))
+        return int(queries.path_length(self._ms.namespace, self._session_id, leaf))
 
     async def get_branches(self, message_id: str) -> list[Message]:
         """Children of a message in log order."""
+        require_str("message_id", message_id)
         queries = await self._queries()
         return list(queries.branches(self._ms.namespace, self._session_id, message_id))
 
@@ -172,3 +200,8 @@ class Session:
         queries = await self._queries()
         hits = queries.search(self._ms.namespace, self._session_id, query, limit)
         return [{k: h[k] for k in ("id", "role", "content", "created_at")} for h in hits]
+
+
+def _optional_id(name: str, value: object) -> str | None:
+    """A leaf id argument: falsy means "the latest leaf"; anything else must be a string."""
+    return require_str(name, value) if value else None
