@@ -18,7 +18,7 @@ from typing import Generic, TypeVar
 
 from eventsourcing.domain import Aggregate
 
-from memstream.domain.errors import ConcurrencyError
+from memstream.domain.errors import ConcurrencyError, MemstreamError
 from memstream.workers.codec import CommandMeta, decode_event, encode_event
 from memstream.workers.event_log import EventLog, ExpectedSequenceMismatch, OutgoingMessage
 
@@ -74,8 +74,16 @@ class AggregateStore(Generic[A]):
         async with lock:
             for attempt in range(MAX_ATTEMPTS):
                 cached = await self._load(subject, key)
-                events = list(decide(cached.aggregate))
+                try:
+                    events = list(decide(cached.aggregate))
+                except MemstreamError:
+                    # A refusal may come from a stale cache (another writer moved on).
+                    if await self._caught_up(subject, cached):
+                        continue
+                    raise
                 if not events:
+                    if await self._caught_up(subject, cached):
+                        continue  # a no-op decided on stale state: decide again
                     return CommandResult((), cached.seq)
                 outgoing = [
                     OutgoingMessage(
@@ -131,6 +139,13 @@ class AggregateStore(Generic[A]):
         else:
             self._cache.move_to_end(subject)
         return cached
+
+    async def _caught_up(self, subject: str, cached: _Cached[A]) -> bool:
+        """Fast-forward if the subject moved past the cache; True if it did."""
+        if await self.log.last_seq(subject) <= cached.seq:
+            return False
+        await self._fast_forward(subject, cached)
+        return True
 
     async def _fast_forward(self, subject: str, cached: _Cached[A]) -> None:
         async for entry in self.log.read_subject(subject, cached.seq):

@@ -29,6 +29,8 @@ from memstream.domain.errors import UnavailableError
 logger = logging.getLogger(__name__)
 
 READY_TIMEOUT = 15.0
+# A 1 MiB message can double in size when embedded (escaped) in its event's JSON.
+MAX_PAYLOAD = 8 * 1024 * 1024
 
 
 def nats_server_binary() -> str:
@@ -81,8 +83,15 @@ class NatsServerProcess:
         store_dir.mkdir(parents=True, exist_ok=True)
         port = port or free_port()
         log_path = log_path or store_dir.parent / "nats-server.log"
+        config_path = store_dir.parent / "nats-server.conf"
+        config_path.write_text(
+            "# written by memstream: messages up to 1 MiB of JSON travel inside an event\n"
+            f"max_payload: {MAX_PAYLOAD}\n"
+        )
         command = [
             nats_server_binary(),
+            "-c",
+            str(config_path),
             "-js",
             "-a",
             "127.0.0.1",

@@ -22,7 +22,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
-from memstream.domain.errors import UnavailableError
+from memstream.domain.errors import InvalidInputError, UnavailableError
 from memstream.workers.codec import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID
 
 logger = logging.getLogger(__name__)
@@ -184,6 +184,16 @@ class EventLog:
             return await self._publish_one(subject, message, expected_last_seqs.get(subject))
         return await self._publish_batch(messages, expected_last_seqs)
 
+    def _check_payload(self, subject: str, payload: bytes, headers: dict[str, str]) -> None:
+        """Refuse a message the server would reject for its size, naming both sizes."""
+        size = len(payload) + sum(len(k) + len(v) + 4 for k, v in headers.items()) + 12
+        limit = int(getattr(self.client, "max_payload", 0) or 0)
+        if limit and size > limit:
+            raise InvalidInputError(
+                f"the event for {subject} is {size} bytes; the NATS server's max_payload is "
+                f"{limit} (raise max_payload on the server to store larger messages)"
+            )
+
     async def _publish_one(
         self, subject: str, message: OutgoingMessage, expected_last_seq: int | None
     ) -> PublishResult:
@@ -191,6 +201,7 @@ class EventLog:
         headers[H_MSG_ID] = message.msg_id
         if expected_last_seq is not None:
             headers[H_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
+        self._check_payload(subject, message.payload, headers)
         try:
             ack = await self.js.publish(
                 subject, message.payload, timeout=self.timeout, headers=headers

@@ -157,11 +157,6 @@ async def test_message_limits_accept_their_boundaries(ms: Memstream, session: Se
     assert await session.get_message("large") == sized("large", 1_000_000)
 
 
-@pytest.mark.xfail(
-    strict=True,  # today: nats.errors.MaxPayloadError escapes from the publish
-    reason="the event wrapping a 1 MiB message exceeds nats-server's default 1 MB max_payload; "
-    "workers/embedded.py must raise max_payload (and event_log map MaxPayloadError)",
-)
 async def test_a_message_of_exactly_1_mib_is_accepted(ms: Memstream, session: Session) -> None:
     # Given the documented limit "≤ 1 MiB JSON"
     # When a message of exactly 1 MiB of JSON is appended (and one full of quotes, which

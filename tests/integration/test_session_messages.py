@@ -328,13 +328,6 @@ async def test_a_second_client_sees_and_continues_the_session(
         await other.close()
 
 
-STALE_CACHE = (
-    "workers/aggregate_store.py decides no-ops and domain refusals on a possibly stale cached "
-    "aggregate without checking the log's last sequence: another client's writes are ignored"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=STALE_CACHE)
 async def test_no_op_and_refusal_decisions_see_other_clients_writes(
     ms: Memstream, settings: Settings
 ) -> None:

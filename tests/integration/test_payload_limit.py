@@ -1,0 +1,58 @@
+"""An external NATS with the default 1 MB max_payload: large events are refused clearly."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memstream.client import open_memstream
+from memstream.domain.errors import InvalidInputError
+from memstream.settings import Settings
+from memstream.workers.embedded import free_port, nats_server_binary, port_open
+
+
+@pytest.fixture
+def default_nats(tmp_path: Path) -> Iterator[str]:
+    """A nats-server with its default configuration (max_payload 1 MB)."""
+    port = free_port()
+    process = subprocess.Popen(
+        [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while not port_open(port) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the server's listener is not up yet
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+async def test_an_event_over_the_servers_max_payload_is_an_input_error(
+    default_nats: str, tmp_path: Path
+) -> None:
+    # Given a client of a server that accepts at most 1 MB per message
+    settings = Settings(
+        data_dir=tmp_path / "d", nats_url=default_nats, stream="P" + uuid.uuid4().hex[:8]
+    )
+    ms = await open_memstream(settings, workers=True)
+    try:
+        session = ms.session("big")
+        await session.append_message({"id": "small", "role": "user", "content": "fits"})
+        # When a message within our 1 MiB limit but whose event exceeds the server's limit is sent
+        # (newlines: 2 bytes of message JSON each, 3 once escaped again inside the event)
+        big = {"id": "big", "role": "user", "content": "\n" * 360_000}
+        with pytest.raises(InvalidInputError, match="max_payload is 1048576"):
+            await session.append_message(big)
+        # Then nothing was written and the session still works
+        await session.append_message({"id": "after", "role": "user", "content": "still fine"})
+        assert [m["id"] for m in await session.get_history()] == ["small", "after"]
+    finally:
+        await ms.close()
