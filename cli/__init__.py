@@ -1,0 +1,1 @@
+"""The ``memstream`` admin CLI (typer + rich): parses, calls the public API or workers, prints."""

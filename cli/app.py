@@ -1,0 +1,81 @@
+"""The root of the ``memstream`` command: global options, command groups, one error wrapper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from memstream import MemstreamError
+from memstream.cli import events, platform, projections, sessions, status
+from memstream.cli.context import GlobalOptions
+
+
+class _Root(TyperGroup):
+    """Turns a user error (any ``MemstreamError``) into one ``error: ...`` line and exit 1.
+
+    Every command runs inside the root group's ``invoke``, so this is the only handler.
+    """
+
+    def invoke(self, ctx: Any) -> Any:  # typer's vendored click.Context
+        try:
+            return super().invoke(ctx)
+        except MemstreamError as error:
+            message = " ".join(str(error).split()) or type(error).__name__
+            typer.echo(f"error: {message}", err=True)
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(
+    name="memstream",
+    cls=_Root,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+    help="memstream: an event-sourced memory platform on NATS JetStream.",
+)
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Data dir (env MEMSTREAM_DATA_DIR; default ./.memstream)."),
+    ] = None,
+    nats_url: Annotated[
+        str | None,
+        typer.Option(
+            "--nats-url", help="NATS URL (env MEMSTREAM_NATS_URL; default: embedded server)."
+        ),
+    ] = None,
+    stream: Annotated[
+        str | None,
+        typer.Option("--stream", help="Stream name (env MEMSTREAM_STREAM; default MEMSTREAM)."),
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", help="Namespace (env MEMSTREAM_NAMESPACE; default: default)."),
+    ] = None,
+) -> None:
+    """memstream: an event-sourced memory platform on NATS JetStream.
+
+    Example: memstream --data-dir /tmp/ms up --demo
+    """
+    ctx.obj = GlobalOptions(data_dir, nats_url, stream, namespace)
+
+
+app.command("up")(platform.up)
+app.command("worker")(platform.worker)
+app.command("status")(status.status)
+app.command("append")(sessions.append)
+app.add_typer(sessions.app, name="sessions")
+app.add_typer(events.app, name="events")
+app.add_typer(projections.app, name="projections")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

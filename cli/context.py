@@ -1,0 +1,117 @@
+"""What every command shares: global options, settings, the connection and the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+
+from memstream import Memstream, Settings, UnavailableError
+from memstream.client import open_memstream
+
+T = TypeVar("T")
+
+# nats-py 2.16 retries an unreachable server forever when reconnects are unlimited, so the CLI
+# bounds the first connection to a remote server itself (the embedded one was just checked).
+CONNECT_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalOptions:
+    """The root options; unset ones fall back to ``MEMSTREAM_*`` variables."""
+
+    data_dir: Path | None = None
+    nats_url: str | None = None
+    stream: str | None = None
+    namespace: str | None = None
+
+
+def settings_of(ctx: typer.Context) -> Settings:
+    """Settings from the environment, overridden by the root options of this invocation.
+
+    Raises:
+        InvalidInputError: a setting breaks a limit (e.g. the namespace name).
+    """
+    options = ctx.find_object(GlobalOptions) or GlobalOptions()
+    return Settings.from_env(
+        data_dir=options.data_dir,
+        nats_url=options.nats_url,
+        stream=options.stream,
+        namespace=options.namespace,
+    )
+
+
+def database_path(settings: Settings) -> Path:
+    """The SQLite read-model database of the data dir (where ``connect()`` keeps it)."""
+    return settings.data_dir / "memstream.db"
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """Run one command's coroutine on a fresh event loop."""
+    return asyncio.run(main)
+
+
+@contextlib.asynccontextmanager
+async def connected(settings: Settings, *, workers: bool | None = None) -> AsyncIterator[Memstream]:
+    """Connect for one command, and close (releasing an embedded server we own) afterwards.
+
+    Uses the data dir's running embedded server if there is one; otherwise this process starts
+    it for the duration of the command. ``workers=None`` runs the projector here exactly when
+    this process owns the embedded server.
+
+    Raises:
+        UnavailableError: NATS or the read-model database cannot be reached.
+    """
+    deadline = asyncio.timeout(CONNECT_TIMEOUT if settings.nats_url is not None else None)
+    try:
+        async with deadline:
+            ms = await open_memstream(settings, workers=workers)
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        raise UnavailableError(
+            f"cannot reach NATS at {settings.nats_url} within {CONNECT_TIMEOUT:g} s"
+        ) from None
+    try:
+        yield ms
+    finally:
+        await ms.close()
+
+
+async def until_signal(work: Awaitable[None] | None = None) -> None:
+    """Wait for ``work`` to finish, or for SIGINT/SIGTERM (then cancel ``work``)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    tasks: set[asyncio.Future[Any]] = {asyncio.ensure_future(stop.wait())}
+    if work is not None:
+        tasks.add(asyncio.ensure_future(work))
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for task in done:
+            task.result()  # re-raise what ended the work
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
+def configure_logging() -> None:
+    """Log INFO and up to stderr (for the long-running ``up`` and ``worker``)."""
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )

@@ -1,0 +1,230 @@
+"""Everything the CLI prints: JSON for scripts, rich tables and progress bars for people."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import IO, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from memstream.cli.demo import DemoResult
+from memstream.workers.audit import AuditEvent
+from memstream.workers.rebuild import VerifyResult
+from memstream.workers.status import PlatformStatus, ProjectionStatus
+
+Message = dict[str, Any]
+
+
+def stdout() -> Console:
+    return Console(highlight=False)
+
+
+def stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def emit_json(data: Any) -> None:
+    """One JSON document on stdout."""
+    typer.echo(json.dumps(data, ensure_ascii=False, indent=2, default=str))
+
+
+def emit_jsonl(data: Any, file: IO[str] | None = None) -> None:
+    """One JSON object on one line (JSONL), to stdout or ``file``."""
+    typer.echo(json.dumps(data, ensure_ascii=False, default=str), file=file)
+
+
+def note(text: str) -> None:
+    """A line for the person at the terminal, on stderr (keeps stdout clean for pipes)."""
+    typer.echo(text, err=True)
+
+
+def message_text(message: Message) -> str:
+    """The readable text of a message: its text parts, else its parts as JSON."""
+    parts = message.get("parts")
+    if isinstance(parts, list):
+        texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        if texts:
+            return "\n".join(texts)
+    return json.dumps(parts if parts is not None else message, ensure_ascii=False)
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def _cells(*values: object) -> list[Text]:
+    return [Text(str(v)) for v in values]  # Text: user content is never read as rich markup
+
+
+def show_history(session_id: str, messages: Sequence[Message]) -> None:
+    if not messages:
+        stdout().print(Text(f"session {session_id!r} has no messages"))
+        return
+    table = _table(f"session {session_id!r}: {len(messages)} messages", "id", "role", "text")
+    for message in messages:
+        table.add_row(*_cells(message.get("id"), message.get("role"), message_text(message)))
+    stdout().print(table)
+
+
+def show_hits(query: str, hits: Sequence[dict[str, Any]]) -> None:
+    if not hits:
+        stdout().print(Text(f"no messages match {query!r}"))
+        return
+    title = f"{len(hits)} {'match' if len(hits) == 1 else 'matches'} for {query!r}"
+    table = _table(title, "session", "id", "role", "text")
+    for hit in hits:
+        table.add_row(*_cells(hit.get("session_id"), hit["id"], hit["role"], hit["content"]))
+    stdout().print(table)
+
+
+def show_projections(statuses: Sequence[ProjectionStatus]) -> None:
+    table = _table("projections", "name", "tracked seq", "lag")
+    for status in statuses:
+        table.add_row(*_cells(status.name, status.tracked_seq, status.lag))
+    stdout().print(table)
+
+
+def show_status(status: PlatformStatus) -> None:
+    console = stdout()
+    stream = status.stream
+    console.print(
+        Text(
+            f"stream {stream.name}: {stream.messages} messages, {stream.bytes} bytes, "
+            f"sequences {stream.first_seq}..{stream.last_seq}"
+        )
+    )
+    consumers = _table("consumers", "name", "durable", "pending", "ack pending", "ack floor")
+    for c in status.consumers:
+        consumers.add_row(
+            *_cells(
+                c.name, "yes" if c.durable else "no", c.num_pending, c.num_ack_pending, c.ack_floor
+            )
+        )
+    console.print(consumers)
+    show_projections(status.projections)
+    console.print(Text(f"dead letters: {status.dead_letter_count}"))
+    if status.dead_letters:
+        letters = _table("latest dead letters", "projection", "seq", "subject", "type", "error")
+        for letter in status.dead_letters:
+            letters.add_row(
+                *_cells(
+                    letter["projection"],
+                    letter["seq"],
+                    letter["subject"],
+                    letter["topic"],
+                    letter["error"],
+                )
+            )
+        console.print(letters)
+
+
+def verify_json(
+    results: Sequence[VerifyResult], comparable: dict[str, bool]
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "projection": r.projection,
+            "seq": r.seq,
+            "live": r.live,
+            "rebuilt": r.rebuilt,
+            "comparable": comparable[r.projection],
+            "ok": r.ok if comparable[r.projection] else None,
+        }
+        for r in results
+    ]
+
+
+def show_verify(results: Sequence[VerifyResult], comparable: dict[str, bool]) -> None:
+    table = _table(
+        "checksums (SHA-256, first 16 hex digits)",
+        "projection",
+        "seq",
+        "live",
+        "rebuilt",
+        "verdict",
+    )
+    for r in results:
+        verdict = (
+            ("equal" if r.ok else "DIFFERENT") if comparable[r.projection] else "live is elsewhere"
+        )
+        table.add_row(*_cells(r.projection, r.seq, r.live[:16], r.rebuilt[:16], verdict))
+    stdout().print(table)
+
+
+def event_line(event: AuditEvent) -> str:
+    """One human-readable line per event (``tail`` without ``--json``)."""
+    kind = event.type.rpartition(":")[2] or "?"
+    actor = event.headers.get("actor", "")
+    return f"{event.seq:>8}  {event.time:%Y-%m-%d %H:%M:%S}  {event.subject}  {kind}  {actor}"
+
+
+@contextmanager
+def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar on stderr, shown from the first ``progress(done, total)`` call on."""
+    progress: Progress | None = None
+    task: TaskID | None = None
+
+    def update(done: int, total: int) -> None:
+        nonlocal progress, task
+        if progress is None or task is None:
+            progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=stderr(),
+            )
+            progress.start()
+            task = progress.add_task(description, total=total)
+        progress.update(task, completed=done, total=total)
+
+    try:
+        yield update
+    finally:
+        if progress is not None:
+            progress.stop()
+
+
+def show_platform(url: str, data_dir: str, stream: str, namespace: str, role: str) -> None:
+    """Where ``memstream up`` runs: NATS URL, data dir, stream, namespace, who projects."""
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in (
+        ("NATS", url),
+        ("data dir", data_dir),
+        ("stream", stream),
+        ("namespace", namespace),
+        ("projector", role),
+    ):
+        table.add_row(key, Text(value))
+    stdout().print(table)
+
+
+def show_demo(demo: DemoResult) -> None:
+    """The ``up --demo`` tour: history of the latest branch, the fork, a search, the status."""
+    console = stdout()
+    console.print()
+    show_history(demo.session_id, demo.history)
+    ids = ", ".join(str(m.get("id")) for m in demo.branches)
+    console.print(Text(f"{demo.branch_point} has {len(demo.branches)} branches: {ids}"))
+    console.print()
+    show_hits(demo.query, [{"session_id": demo.session_id, **hit} for hit in demo.hits])
+    console.print()
+    show_status(demo.status)

@@ -1,0 +1,112 @@
+"""``memstream up`` (the embedded platform in the foreground) and ``memstream worker NAME``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from memstream import InvalidInputError, Settings
+from memstream.cli.context import (
+    configure_logging,
+    connected,
+    database_path,
+    run,
+    settings_of,
+    until_signal,
+)
+from memstream.cli.demo import run_demo
+from memstream.cli.output import note, show_demo, show_platform
+from memstream.workers.apps import create_app, nats_security, require_worker
+from memstream.workers.embedded import EmbeddedRuntime
+from memstream.workers.service import WorkerConfig
+
+
+def up(
+    ctx: typer.Context,
+    demo: Annotated[
+        bool,
+        typer.Option("--demo", help="Write a short demo conversation, show it, and exit."),
+    ] = False,
+) -> None:
+    """Run the platform in the foreground until Ctrl-C or SIGTERM.
+
+    Starts the embedded nats-server in the data dir and runs the projector in this process;
+    other commands on the same data dir use both. With MEMSTREAM_NATS_URL it only runs the
+    projector (so don't also run `memstream worker projector` for that data dir).
+
+    Example: memstream up --demo
+    """
+    settings = settings_of(ctx)
+    if not demo:
+        configure_logging()
+    run(_up(settings, demo=demo))
+
+
+async def _up(settings: Settings, *, demo: bool) -> None:
+    # With a remote NATS this process is the projector; embedded, the owner of the data dir is.
+    workers = True if settings.nats_url is not None else None
+    async with connected(settings, workers=workers) as ms:
+        runtime = ms.runtime
+        owner = runtime is None or runtime.owner
+        url = runtime.url if runtime is not None else str(settings.nats_url)
+        if not owner and not demo:
+            raise InvalidInputError(f"memstream is already up in {settings.data_dir} ({url})")
+        show_platform(
+            url,
+            str(settings.data_dir.resolve()),
+            settings.stream,
+            settings.namespace,
+            "in this process"
+            if ms.projector is not None
+            else "in the process that owns the data dir",
+        )
+        if demo:
+            show_demo(await run_demo(ms))
+            return
+        note("memstream is up; press Ctrl-C to stop")
+        await until_signal()
+        note("memstream is stopping")
+
+
+def worker(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The worker to run: projector.", show_default=False)],
+) -> None:
+    """Run a worker in its own process (a FastStream app) until SIGTERM or Ctrl-C.
+
+    Connects to MEMSTREAM_NATS_URL, or else to the data dir's embedded server, started here if
+    none runs. The read models go to the SQLite database in the data dir.
+
+    Example: MEMSTREAM_NATS_URL=nats://10.0.0.5:4222 memstream worker projector
+    """
+    settings = settings_of(ctx)
+    require_worker(name)
+    runtime: EmbeddedRuntime | None = None
+    url = settings.nats_url
+    if url is None:
+        runtime = EmbeddedRuntime.acquire(settings.data_dir)
+        if not runtime.owner:  # its owner runs the workers; a second projector would race it
+            raise InvalidInputError(
+                f"another process owns {settings.data_dir} ({runtime.url}) and runs its workers; "
+                "set MEMSTREAM_NATS_URL to run workers apart from it"
+            )
+        url = runtime.url
+    else:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        configure_logging()
+        config = WorkerConfig(
+            nats_url=url, stream=settings.stream, database=database_path(settings)
+        )
+        security = nats_security(
+            user=settings.nats_user,
+            password=settings.nats_password,
+            token=settings.nats_token,
+            creds=settings.nats_creds,
+        )
+        note(f"worker {name}: NATS {url}, stream {settings.stream}, database {config.database}")
+        run(create_app(config, name, security=security).run())
+    finally:
+        if runtime is not None:
+            runtime.release()

@@ -1,0 +1,130 @@
+"""``memstream sessions ...`` and ``memstream append``: read and write session message trees."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+import typer
+
+from memstream import InvalidInputError, ProjectionLagError
+from memstream.cli.context import connected, run, settings_of
+from memstream.cli.output import emit_json, note, show_history, show_hits
+from memstream.domain.limits import SEARCH_LIMIT_MAX, SEARCH_QUERY_MAX_BYTES, check_bytes, check_int
+from memstream.domain.session import OMITTED
+
+app = typer.Typer(no_args_is_help=True, help="Read and write sessions (trees of messages).")
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+SessionArg = Annotated[str, typer.Argument(help="Session id.", show_default=False)]
+
+
+@app.command("history")
+def history(
+    ctx: typer.Context,
+    session: SessionArg,
+    leaf: Annotated[
+        str | None, typer.Option("--leaf", help="Message id to end at (default: latest leaf).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show a session's messages from the root to a leaf.
+
+    The latest leaf unless --leaf is given; compaction overlays are applied.
+
+    Example: memstream sessions history chat-1 --leaf m7
+    """
+    settings = settings_of(ctx)
+
+    async def main() -> list[dict[str, Any]]:
+        async with connected(settings) as ms:
+            return await ms.session(session).get_history(leaf)
+
+    messages = run(main())
+    if as_json:
+        emit_json(messages)
+    else:
+        show_history(session, messages)
+
+
+@app.command("search")
+def search(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help='Web-search syntax: words, "phrases", OR, -not.')],
+    session: Annotated[
+        str | None, typer.Option("--session", help="Search only this session (default: all).")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many hits.")] = 20,
+    as_json: JsonFlag = False,
+) -> None:
+    """Full-text search over session messages, best match first.
+
+    Example: memstream sessions search "tram OR ferry" --session demo --limit 5
+    """
+    settings = settings_of(ctx)
+    check_bytes("query", query, minimum=0, maximum=SEARCH_QUERY_MAX_BYTES)
+    check_int("limit", limit, minimum=1, maximum=SEARCH_LIMIT_MAX)
+
+    async def main() -> list[dict[str, Any]]:
+        async with connected(settings) as ms:
+            if session is not None:
+                hits = await ms.session(session).search(query, limit)
+                return [{"session_id": session, **hit} for hit in hits]
+            await ms.wait_for_sessions()
+            return ms.session_queries.search(ms.namespace, None, query, limit)
+
+    hits = run(main())
+    if as_json:
+        emit_json(hits)
+    else:
+        show_hits(query, hits)
+
+
+def append(
+    ctx: typer.Context,
+    session: SessionArg,
+    text: Annotated[str, typer.Option("--text", help="The message text.", show_default=False)],
+    role: Annotated[str, typer.Option("--role", help="user, assistant, system, tool...")] = "user",
+    message_id: Annotated[
+        str | None, typer.Option("--id", help="Message id (default: a new random id).")
+    ] = None,
+    parent: Annotated[
+        str | None, typer.Option("--parent", help="Append under this message (a branch).")
+    ] = None,
+    root: Annotated[bool, typer.Option("--root", help="Start a new root (no parent).")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Append a text message to a session.
+
+    The message goes under the latest leaf unless --parent or --root says otherwise. Returns
+    once the message is readable. An id that already exists is a no-op.
+
+    Example: memstream append chat-1 --role user --text "Hi there" --id m1
+    """
+    settings = settings_of(ctx)
+    if parent is not None and root:
+        raise InvalidInputError("give --parent or --root, not both")
+    parent_id = None if root else (parent if parent is not None else OMITTED)
+    message = {
+        "id": message_id or uuid.uuid4().hex,
+        "role": role,
+        "parts": [{"type": "text", "text": text}],
+    }
+
+    async def main() -> int:
+        async with connected(settings) as ms:
+            seq = await ms.session(session).append_message(message, parent_id)
+            try:
+                await ms.wait_for_sessions(seq)
+            except ProjectionLagError as error:  # stored; only not readable yet
+                note(f"warning: appended, but not readable yet ({error}); is a projector running?")
+            return seq
+
+    seq = run(main())
+    if as_json:
+        emit_json({"session_id": session, "id": message["id"], "seq": seq})
+    else:
+        typer.echo(f"appended {message['id']} to session {session!r} at stream sequence {seq}")
+
+
+app.command("append")(append)

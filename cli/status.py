@@ -1,0 +1,38 @@
+"""``memstream status``: the stream, its consumers, projection lag and dead letters."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from memstream.cli.context import connected, run, settings_of
+from memstream.cli.output import emit_json, show_status
+from memstream.workers.status import PlatformStatus, platform_status
+
+
+def status(
+    ctx: typer.Context,
+    dead_letters: Annotated[
+        int, typer.Option("--dead-letters", help="How many of the latest dead letters to list.")
+    ] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Show the stream, its consumers, projection lag and dead letters.
+
+    The stream's messages, bytes and sequences; each consumer's pending and unacknowledged
+    messages; each projection's tracked sequence and lag; the count and latest dead letters.
+
+    Example: memstream status --json
+    """
+    settings = settings_of(ctx)
+
+    async def main() -> PlatformStatus:
+        async with connected(settings, workers=False) as ms:
+            return await platform_status(ms.log, ms.database, dead_letter_limit=dead_letters)
+
+    report = run(main())
+    if as_json:
+        emit_json(report.as_json())
+    else:
+        show_status(report)

@@ -1,0 +1,243 @@
+"""The installed ``memstream`` console script end to end, in subprocesses, on a real nats-server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memstream.workers.embedded import NatsServerProcess
+
+MEMSTREAM = str(Path(sys.executable).parent / "memstream")
+AUDIT_HEADERS = {
+    "command_id",
+    "causation_id",
+    "correlation_id",
+    "actor",
+    "originator_id",
+    "originator_version",
+}
+
+
+def clean_env(**settings: str) -> dict[str, str]:
+    """The test process's environment without MEMSTREAM_* settings, plus ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
+    env.update(settings)
+    return env
+
+
+def memstream(env: dict[str, str], *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [MEMSTREAM, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == expect, f"{args}: {result.returncode}\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def json_of(env: dict[str, str], *args: str) -> Any:
+    return json.loads(memstream(env, *args, "--json").stdout)
+
+
+def wait_for_text(
+    path: Path, text: str, process: subprocess.Popen[str], timeout: float = 30
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text():
+            return
+        assert process.poll() is None, path.read_text() if path.exists() else "exited"
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} not in {path} within {timeout} s")
+
+
+def stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> int:
+    process.send_signal(sig)
+    try:
+        return process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path, nats_server: NatsServerProcess) -> dict[str, str]:
+    """The CLI pointed at the test's nats-server, its own data dir and a unique stream."""
+    return clean_env(
+        MEMSTREAM_NATS_URL=nats_server.url,
+        MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
+        MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
+    )
+
+
+@pytest.fixture
+def projector(tmp_path: Path, cli_env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """``memstream worker projector`` (the FastStream app) as its own process."""
+    log = tmp_path / "worker.log"
+    with log.open("w") as sink:
+        process = subprocess.Popen(
+            [MEMSTREAM, "worker", "projector"], env=cli_env, stdout=sink, stderr=sink, text=True
+        )
+    try:
+        wait_for_text(log, "FastStream app started", process)
+        yield process
+    finally:
+        if process.poll() is None:
+            assert stop(process) == 0, log.read_text()
+    assert "projector: stopped" in log.read_text()
+
+
+def test_append_history_search_export_rebuild_verify_status(
+    tmp_path: Path, cli_env: dict[str, str], projector: subprocess.Popen[str]
+) -> None:
+    env = cli_env
+    # Given a session with a root, a reply, and a branch off the root
+    memstream(env, "append", "trip", "--id", "m1", "--root", "--text", "Plan a trip to Lisbon")
+    memstream(env, "append", "trip", "--id", "m2", "--role", "assistant", "--text", "Take tram 28")
+    appended = json_of(env, "sessions", "append", "trip", "--id", "m3", "--parent", "m1",
+                       "--text", "Or rather Porto by ferry?")  # fmt: skip
+    assert appended == {"session_id": "trip", "id": "m3", "seq": 3}
+
+    # When its history is read, Then the latest leaf's path comes back (and any leaf's on demand)
+    assert [m["id"] for m in json_of(env, "sessions", "history", "trip")] == ["m1", "m3"]
+    leaf_m2 = json_of(env, "sessions", "history", "trip", "--leaf", "m2")
+    assert [(m["id"], m["role"]) for m in leaf_m2] == [("m1", "user"), ("m2", "assistant")]
+    assert "Take tram 28" in memstream(env, "sessions", "history", "trip", "--leaf", "m2").stdout
+
+    # And search finds a message across sessions and within the session
+    hits = json_of(env, "sessions", "search", "tram")
+    assert [(h["session_id"], h["id"]) for h in hits] == [("trip", "m2")]
+    assert json_of(env, "sessions", "search", "ferry", "--session", "trip")[0]["id"] == "m3"
+    assert json_of(env, "sessions", "search", "ferry", "--session", "other") == []
+
+    # And the export is one JSON object per event, with the audit headers and decoded payload
+    export = tmp_path / "audit.jsonl"
+    exported = memstream(env, "events", "export", "-o", str(export))
+    assert "exported 3 events" in exported.stderr
+    events = [json.loads(line) for line in export.read_text().splitlines()]
+    assert [e["seq"] for e in events] == [1, 2, 3]
+    for event in events:
+        assert set(event) == {"seq", "subject", "time", "type", "headers", "payload"}
+        assert set(event["headers"]) >= AUDIT_HEADERS
+        assert event["subject"] == "ms.default.session.trip"
+        assert event["type"].endswith("Session.MessageAppended")
+    assert [e["payload"]["message_id"] for e in events] == ["m1", "m2", "m3"]
+    assert events[2]["payload"]["parent_id"] == "m1"
+    filtered = memstream(
+        env, "events", "export", "--type", "MessageAppended", "--from-seq", "2", "--to-seq", "2"
+    ).stdout.splitlines()
+    assert [json.loads(line)["seq"] for line in filtered] == [2]
+    assert memstream(env, "events", "export", "--type", "MessagesDeleted").stdout == ""
+    tail = memstream(env, "events", "tail", "-n", "2", "--json").stdout.splitlines()
+    assert [json.loads(line)["seq"] for line in tail] == [2, 3]
+
+    # When the read model is rebuilt from the log, Then it verifies equal to a scratch rebuild
+    rebuilt = memstream(env, "projections", "rebuild")
+    assert "up to sequence 3" in rebuilt.stdout
+    verified = json_of(env, "projections", "verify")
+    assert verified
+    assert all(v["ok"] and v["live"] == v["rebuilt"] for v in verified)
+    assert [v["projection"] for v in verified] == ["sessions"]
+    assert json_of(env, "projections", "list") == [{"name": "sessions", "tracked_seq": 3, "lag": 0}]
+    past = json_of(env, "projections", "verify", "--as-of", "2")
+    assert past[0]["seq"] == 2
+    assert past[0]["comparable"] is False
+
+    # And status shows the stream, the worker's durable consumer, no lag and no dead letters
+    status = json_of(env, "status")
+    assert status["stream"]["name"] == env["MEMSTREAM_STREAM"]
+    assert (status["stream"]["messages"], status["stream"]["last_seq"]) == (3, 3)
+    assert {"name": "projector", "durable": True}.items() <= next(
+        c for c in status["consumers"] if c["name"] == "projector"
+    ).items()
+    assert status["projections"] == [{"name": "sessions", "tracked_seq": 3, "lag": 0}]
+    assert status["dead_letter_count"] == 0
+
+
+def test_tail_follow_prints_new_events_until_sigterm(
+    tmp_path: Path, cli_env: dict[str, str], projector: subprocess.Popen[str]
+) -> None:
+    # Given one event, and `events tail --follow` running
+    memstream(cli_env, "append", "s", "--id", "a", "--text", "first")
+    out, err = tmp_path / "tail.jsonl", tmp_path / "tail.err"
+    with out.open("w") as sink, err.open("w") as errors:
+        tail = subprocess.Popen(
+            [MEMSTREAM, "events", "tail", "--follow", "--json"],
+            env=cli_env,
+            stdout=sink,
+            stderr=errors,
+            text=True,
+        )
+    try:
+        wait_for_text(out, '"seq": 1', tail)
+        # When another event is appended
+        memstream(cli_env, "append", "s", "--id", "b", "--text", "second")
+        # Then it is printed as it arrives
+        wait_for_text(out, '"seq": 2', tail)
+    finally:
+        code = stop(tail)
+    # And SIGTERM ends the tail cleanly
+    assert code == 0, err.read_text()
+    assert [json.loads(line)["payload"]["message_id"] for line in out.read_text().splitlines()] == [
+        "a",
+        "b",
+    ]
+
+
+def test_a_user_error_is_one_line_and_exit_1(cli_env: dict[str, str]) -> None:
+    # When a message names a parent that does not exist
+    result = memstream(cli_env, "append", "s1", "--text", "hi", "--parent", "ghost", expect=1)
+    # Then one line says so, and nothing was written
+    assert result.stderr.startswith("error: ")
+    assert result.stderr.count("\n") == 1
+    assert "ghost" in result.stderr
+    assert json_of(cli_env, "status")["stream"]["messages"] == 0
+
+
+def test_up_demo_runs_from_a_fresh_data_dir(tmp_path: Path) -> None:
+    # Given no data dir and no NATS URL: the embedded nats-server comes from the wheel
+    data_dir = tmp_path / "fresh"
+    env = clean_env(MEMSTREAM_DATA_DIR=str(data_dir))
+    # When the demo runs
+    started = time.monotonic()
+    result = memstream(env, "up", "--demo")
+    # Then it shows the branch's history, the search hit and the status, and exits in seconds
+    assert time.monotonic() - started < 30
+    for text in ("demo-6", "Porto is smaller", "pastel de nata", "dead letters: 0", "sessions"):
+        assert text in result.stdout, result.stdout
+    # And it released the data dir: no recorded server is left behind
+    assert not (data_dir / "runtime.json").exists()
+    # And running it again is a no-op on the log (fixed message ids)
+    again = memstream(env, "up", "--demo")
+    assert "6 messages" in again.stdout
+
+
+def test_up_serves_other_commands_until_sigterm(tmp_path: Path) -> None:
+    data_dir = tmp_path / "shared"
+    env = clean_env(MEMSTREAM_DATA_DIR=str(data_dir))
+    log = tmp_path / "up.log"
+    with log.open("w") as sink:
+        up = subprocess.Popen([MEMSTREAM, "up"], env=env, stdout=sink, stderr=sink, text=True)
+    try:
+        wait_for_text(log, "memstream is up", up)
+        # When another process appends and reads on the same data dir
+        memstream(env, "append", "s", "--id", "a", "--text", "hello")
+        assert [m["id"] for m in json_of(env, "sessions", "history", "s")] == ["a"]
+        # Then a second `up` on the same data dir is refused
+        refused = memstream(env, "up", expect=1)
+        assert "already up" in refused.stderr
+    finally:
+        code = stop(up)
+    # And `up` stops cleanly on SIGTERM and releases the data dir
+    assert code == 0, log.read_text()
+    assert not (data_dir / "runtime.json").exists()

@@ -1,0 +1,218 @@
+"""The CLI without services: every command's help, and user errors as one line with exit 1."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import typer.main
+from typer.core import TyperGroup
+from typer.testing import CliRunner, Result
+
+from memstream import InvalidInputError
+from memstream.cli.app import app
+from memstream.cli.events import parse_time
+from memstream.workers.audit import AuditEvent, EventQuery
+
+# No MEMSTREAM_* setting of the environment running the tests leaks into a command.
+CLEAN_ENV: dict[str, str | None] = dict.fromkeys(
+    (
+        "MEMSTREAM_DATA_DIR",
+        "MEMSTREAM_NATS_URL",
+        "MEMSTREAM_STREAM",
+        "MEMSTREAM_NAMESPACE",
+        "MEMSTREAM_DATABASE_URL",
+    )
+)
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default data dir (./.memstream) of any command lands in the test's temp dir."""
+    monkeypatch.chdir(tmp_path)
+
+
+def invoke(*args: str, env: dict[str, str | None] | None = None) -> Result:
+    return CliRunner().invoke(app, list(args), env={**CLEAN_ENV, **(env or {})})
+
+
+def command_paths() -> list[tuple[str, ...]]:
+    """Every group and command of the tree, as the words that name it."""
+    paths: list[tuple[str, ...]] = []
+
+    def walk(command: object, path: tuple[str, ...]) -> None:
+        paths.append(path)
+        if isinstance(command, TyperGroup):
+            for name, sub in command.commands.items():
+                walk(sub, (*path, name))
+
+    walk(typer.main.get_command(app), ())
+    return paths
+
+
+def test_the_command_tree_is_complete() -> None:
+    # Given the CLI / When its tree is listed / Then it has every command of the design
+    assert set(command_paths()) >= {
+        (),
+        ("up",),
+        ("worker",),
+        ("status",),
+        ("append",),
+        ("sessions",),
+        ("sessions", "history"),
+        ("sessions", "search"),
+        ("sessions", "append"),
+        ("events",),
+        ("events", "tail"),
+        ("events", "export"),
+        ("projections",),
+        ("projections", "list"),
+        ("projections", "rebuild"),
+        ("projections", "verify"),
+    }
+
+
+@pytest.mark.parametrize("path", command_paths(), ids=lambda p: " ".join(p) or "memstream")
+def test_every_command_has_help(path: tuple[str, ...]) -> None:
+    # When --help is asked for
+    result = invoke(*path, "--help")
+    # Then it exits 0 with the usage line
+    assert result.exit_code == 0, result.output
+    assert f"Usage: memstream {' '.join(path)}".rstrip() in result.output
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in command_paths() if p and p not in {("sessions",), ("events",), ("projections",)}],
+)
+def test_every_command_help_shows_an_example(path: tuple[str, ...]) -> None:
+    # The docstring is the --help text, and it ends with one example
+    text = " ".join(invoke(*path, "--help").output.split())
+    assert "Example:" in text
+    assert "memstream " in text.split("Example:", 1)[1]
+
+
+def test_read_commands_offer_json() -> None:
+    reads = [
+        ("status",),
+        ("sessions", "history"),
+        ("sessions", "search"),
+        ("events", "tail"),
+        ("projections", "list"),
+        ("projections", "verify"),
+    ]
+    for path in reads:
+        assert "--json" in invoke(*path, "--help").output, path
+
+
+def test_no_arguments_shows_the_groups() -> None:
+    result = invoke()
+    for group in ("up", "worker", "status", "sessions", "events", "projections"):
+        assert group in result.output
+
+
+def assert_user_error(result: Result, message: str) -> None:
+    """Exit 1, one ``error:`` line on stderr, nothing on stdout, no traceback."""
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: ")
+    assert result.stderr.count("\n") == 1
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+    assert isinstance(result.exception, SystemExit)
+
+
+def test_a_bad_namespace_is_one_line_and_exit_1() -> None:
+    result = invoke("--namespace", "Not OK!", "status")
+    assert_user_error(result, "namespace 'Not OK!' may contain only [a-z0-9_-]")
+
+
+def test_a_bad_namespace_from_the_environment_is_a_user_error() -> None:
+    result = invoke("sessions", "history", "s1", env={"MEMSTREAM_NAMESPACE": "UPPER"})
+    assert_user_error(result, "namespace 'UPPER'")
+
+
+def test_help_works_even_when_the_environment_is_invalid() -> None:
+    result = invoke("sessions", "history", "--help", env={"MEMSTREAM_NAMESPACE": "UPPER"})
+    assert result.exit_code == 0
+
+
+def test_append_refuses_parent_and_root_together() -> None:
+    result = invoke("append", "s1", "--text", "hi", "--parent", "m1", "--root")
+    assert_user_error(result, "give --parent or --root, not both")
+
+
+def test_sessions_append_is_the_same_command() -> None:
+    result = invoke("sessions", "append", "s1", "--text", "hi", "--parent", "m1", "--root")
+    assert_user_error(result, "give --parent or --root, not both")
+
+
+def test_search_limit_is_checked_before_connecting() -> None:
+    result = invoke("sessions", "search", "tea", "--limit", "0")
+    assert_user_error(result, "limit is 0; it must be between 1 and 500")
+
+
+def test_export_rejects_a_time_that_is_not_iso_8601() -> None:
+    result = invoke("events", "export", "--since", "yesterday")
+    assert_user_error(result, "--since 'yesterday' is not an ISO 8601 time")
+
+
+def test_export_rejects_reversed_sequences() -> None:
+    result = invoke("events", "export", "--from-seq", "5", "--to-seq", "2")
+    assert_user_error(result, "from_seq 5 is after to_seq 2")
+
+
+def test_tail_rejects_sequence_zero() -> None:
+    result = invoke("events", "tail", "--since-seq", "0")
+    assert_user_error(result, "is 0; stream sequences start at 1")
+
+
+def test_unknown_worker_is_a_user_error() -> None:
+    result = invoke("worker", "nope")
+    assert_user_error(result, "unknown worker 'nope'; known: projector")
+
+
+def test_unreachable_nats_is_one_line_and_exit_1() -> None:
+    # Given a NATS URL where nothing listens (port 1)
+    result = invoke("--nats-url", "nats://127.0.0.1:1", "status")
+    # Then the command gives up within its connect bound, with one line
+    assert_user_error(result, "cannot reach NATS at nats://127.0.0.1:1")
+
+
+def test_a_usage_error_is_clicks_exit_2_without_traceback() -> None:
+    result = invoke("sessions", "history")
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+
+
+def test_parse_time_reads_iso_8601_and_defaults_to_utc() -> None:
+    assert parse_time("--since", "2025-03-01") == datetime(2025, 3, 1, tzinfo=UTC)
+    assert parse_time("--since", "2025-03-01T10:00:00Z") == datetime(2025, 3, 1, 10, tzinfo=UTC)
+    plus_two = timezone(timedelta(hours=2))
+    assert parse_time("--until", "2025-03-01T10:00+02:00") == datetime(
+        2025, 3, 1, 10, tzinfo=plus_two
+    )
+    assert parse_time("--since", None) is None
+    with pytest.raises(InvalidInputError):
+        parse_time("--since", "March")
+
+
+def event_of(topic: str, time: datetime | None = None) -> AuditEvent:
+    return AuditEvent(1, "ms.default.session.s", time or datetime.now(UTC), topic, {}, {})
+
+
+def test_type_filter_matches_topic_or_class_name() -> None:
+    topic = "memstream.domain.session:Session.MessageAppended"
+    for wanted in (topic, "Session.MessageAppended", "MessageAppended"):
+        assert EventQuery(event_type=wanted).matches(event_of(topic))
+    assert not EventQuery(event_type="Appended").matches(event_of(topic))
+    assert not EventQuery(event_type="MessagesDeleted").matches(event_of(topic))
+    assert EventQuery().matches(event_of(topic))
+
+
+def test_since_filter_drops_older_events() -> None:
+    now = datetime.now(UTC)
+    query = EventQuery(since=now)
+    assert query.matches(event_of("t", now))
+    assert not query.matches(event_of("t", now - timedelta(seconds=1)))

@@ -1,0 +1,125 @@
+"""FastStream worker apps: ``memstream worker projector`` as a ``NatsBroker`` service.
+
+The app owns the process's NATS connection (the broker's, with reconnects), its life cycle and
+its signal handling (``asyncio.run(app.run())`` stops on SIGINT/SIGTERM). The projection itself
+is not a faststream subscriber: ``after_startup`` starts our :class:`ProjectorWorker` on the
+broker's own nats-py client, an ordered fetch loop over a durable pull consumer, and
+``on_shutdown`` stops it before the broker drains. faststream 0.7.8's batch ``PullSub`` keeps
+fetching until the batch is full or its timeout passes, so a lone write would wait out that
+timeout before it is projected: a floor under read-your-writes latency that our loop, which
+applies whatever one fetch returned, does not have.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+
+from faststream import FastStream
+from faststream.nats import NatsBroker, NatsCredentials, NatsToken, NatsUserPassword
+from faststream.security import BaseSecurity
+
+from memstream.domain.errors import InvalidInputError
+from memstream.projections.sqlite.database import open_database
+from memstream.workers.event_log import EventLog
+from memstream.workers.projector import ProjectorWorker
+from memstream.workers.service import WORKERS, WorkerConfig
+
+logger = logging.getLogger(__name__)
+
+
+def require_worker(name: str) -> str:
+    """Return ``name`` if it is a worker this package can run.
+
+    Raises:
+        InvalidInputError: unknown worker name.
+    """
+    if name not in WORKERS:
+        raise InvalidInputError(f"unknown worker {name!r}; known: {', '.join(WORKERS)}")
+    return name
+
+
+class ProjectorService:
+    """The projector's life cycle inside a FastStream app."""
+
+    def __init__(self, broker: NatsBroker, config: WorkerConfig) -> None:
+        self.broker = broker
+        self.config = config
+        self.worker: ProjectorWorker | None = None
+        self._connection: sqlite3.Connection | None = None
+
+    async def start(self) -> None:
+        """Start projecting on the broker's (already connected) client."""
+        client = await self.broker.connect()  # returns the broker's existing connection
+        log = EventLog(client, self.config.stream)
+        await log.ensure_stream()
+        self._connection = open_database(self.config.database)
+        self.worker = ProjectorWorker(log, self._connection, batch_size=self.config.batch_size)
+        self.worker.start()
+        logger.info(
+            "projector: stream %s -> %s (from sequence %d)",
+            self.config.stream,
+            self.config.database,
+            self.worker.start_position(),
+        )
+
+    async def stop(self) -> None:
+        """Stop projecting (an unacknowledged batch is redelivered and skipped on restart)."""
+        if self.worker is not None:
+            await self.worker.stop()
+            self.worker = None
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        logger.info("projector: stopped")
+
+
+def nats_security(
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    token: str | None = None,
+    creds: str | None = None,
+) -> BaseSecurity | None:
+    """The broker's authentication for memstream's NATS credential settings.
+
+    Raises:
+        InvalidInputError: a credentials file is given but the nkeys package is missing.
+    """
+    if creds:
+        try:
+            return NatsCredentials.from_file(creds)
+        except ImportError as error:
+            raise InvalidInputError(
+                f"MEMSTREAM_NATS_CREDS {creds!r} needs the nkeys package: {error}"
+            ) from error
+    if token:
+        return NatsToken(token)
+    if user:
+        return NatsUserPassword(user, password or "")
+    return None
+
+
+def create_app(
+    config: WorkerConfig, name: str = "projector", *, security: BaseSecurity | None = None
+) -> FastStream:
+    """A FastStream app that runs worker ``name`` against ``config`` until it is stopped.
+
+    Example:
+        asyncio.run(create_app(WorkerConfig(url, "MEMSTREAM", db_path)).run())
+
+    Raises:
+        InvalidInputError: unknown worker name.
+    """
+    require_worker(name)
+    broker = NatsBroker(
+        config.nats_url,
+        name=f"memstream-{name}",
+        connect_timeout=2,
+        allow_reconnect=True,
+        max_reconnect_attempts=-1,  # a service waits for its log rather than dying with it
+        reconnect_time_wait=1,
+        security=security,
+    )
+    service = ProjectorService(broker, config)
+    return FastStream(broker, after_startup=[service.start], on_shutdown=[service.stop])

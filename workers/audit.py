@@ -1,0 +1,234 @@
+"""Audit reads of the log: events with their headers, filtered by subject, type, sequence, time.
+
+Every read uses an ephemeral consumer (ack none, memory storage) that the server drops on its
+own, so reading leaves no state behind and never disturbs the workers' durable consumers. A read
+is bounded by the stream's last sequence at its start unless it follows the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js import api
+
+from memstream.domain.errors import InvalidInputError, UnavailableError
+from memstream.workers.codec import (
+    H_ACTOR,
+    H_CAUSATION_ID,
+    H_CLASS_VERSION,
+    H_COMMAND_ID,
+    H_CORRELATION_ID,
+    H_MSG_ID,
+    H_ORIGINATOR_ID,
+    H_ORIGINATOR_VERSION,
+    H_TIMESTAMP,
+    H_TOPIC,
+)
+from memstream.workers.event_log import EventLog
+from memstream.workers.rebuild import stream_last_seq
+
+logger = logging.getLogger(__name__)
+
+# Audit headers of an event, under the names the JSONL export uses.
+AUDIT_HEADERS: dict[str, str] = {
+    "command_id": H_COMMAND_ID,
+    "causation_id": H_CAUSATION_ID,
+    "correlation_id": H_CORRELATION_ID,
+    "actor": H_ACTOR,
+    "originator_id": H_ORIGINATOR_ID,
+    "originator_version": H_ORIGINATOR_VERSION,
+    "class_version": H_CLASS_VERSION,
+    "timestamp": H_TIMESTAMP,
+    "msg_id": H_MSG_ID,
+}
+FOLLOW_POLL_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class EventQuery:
+    """Which events to read; every criterion is optional and they combine with AND.
+
+    ``subject`` is a NATS subject filter (wildcards allowed) inside the stream's subjects;
+    ``event_type`` matches the event topic exactly or its class name (``MessageAppended`` or
+    ``Session.MessageAppended``); sequences are inclusive; times are aware datetimes, inclusive,
+    compared with the time the stream stored the event.
+    """
+
+    subject: str | None = None
+    event_type: str | None = None
+    from_seq: int | None = None
+    to_seq: int | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("from_seq", "to_seq"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise InvalidInputError(f"{name} is {value}; stream sequences start at 1")
+        if self.from_seq and self.to_seq and self.from_seq > self.to_seq:
+            raise InvalidInputError(f"from_seq {self.from_seq} is after to_seq {self.to_seq}")
+        if self.since and self.until and self.since > self.until:
+            raise InvalidInputError(
+                f"since {self.since.isoformat()} is after until {self.until.isoformat()}"
+            )
+
+    def matches(self, event: AuditEvent) -> bool:
+        """True when ``event`` has the wanted type and is not older than ``since``."""
+        if self.since is not None and event.time < self.since:
+            return False
+        wanted, topic = self.event_type, event.type
+        return not wanted or topic == wanted or topic.endswith((":" + wanted, "." + wanted))
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """One event of the log as the audit trail shows it."""
+
+    seq: int
+    subject: str
+    time: datetime
+    type: str
+    headers: dict[str, str]
+    payload: Any
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON object of one line of an export."""
+        return {
+            "seq": self.seq,
+            "subject": self.subject,
+            "time": self.time.isoformat(),
+            "type": self.type,
+            "headers": self.headers,
+            "payload": self.payload,
+        }
+
+
+def audit_event(msg: Msg) -> AuditEvent:
+    """The audit view of one stream message (payload decoded from JSON when it is JSON)."""
+    headers = dict(msg.headers or {})
+    try:
+        payload: Any = json.loads(msg.data)
+    except ValueError:  # a poison message stays visible in the audit trail, as text
+        payload = msg.data.decode("utf-8", "replace")
+    metadata = msg.metadata
+    return AuditEvent(
+        seq=metadata.sequence.stream,
+        subject=msg.subject,
+        time=metadata.timestamp,
+        type=headers.get(H_TOPIC, ""),
+        headers={key: headers[h] for key, h in AUDIT_HEADERS.items() if h in headers},
+        payload=payload,
+    )
+
+
+async def read_events(
+    log: EventLog, query: EventQuery, *, follow: bool = False, batch: int = 500
+) -> AsyncIterator[AuditEvent]:
+    """Yield the events ``query`` selects, in stream order.
+
+    Without ``follow`` the read ends at the stream's last sequence as of the call; with it, the
+    read waits for new events until the caller stops iterating (or ``to_seq``/``until`` pass).
+
+    Raises:
+        InvalidInputError: the subject filter is not inside the stream's subjects.
+        UnavailableError: NATS did not answer in time.
+    """
+    last = await stream_last_seq(log)
+    end = query.to_seq if follow else min(query.to_seq or last, last)
+    start = query.from_seq or 1
+    if end is not None and start > end:
+        return
+    config = api.ConsumerConfig(
+        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=start,
+        ack_policy=api.AckPolicy.NONE,
+        filter_subject=query.subject or f"{log.subject_prefix}.>",
+        inactive_threshold=30.0,
+        mem_storage=True,
+    )
+    if query.since is not None and query.from_seq is None:
+        config.deliver_policy = api.DeliverPolicy.BY_START_TIME
+        config.opt_start_seq = None
+        config.opt_start_time = query.since
+    try:
+        subscription = await log.js.pull_subscribe(
+            config.filter_subject or "", durable=None, stream=log.stream, config=config
+        )
+    except nats.js.errors.BadRequestError as error:
+        raise InvalidInputError(
+            f"cannot read subject {config.filter_subject!r} of stream {log.stream!r}: "
+            f"{error.description}"
+        ) from error
+    try:
+        if not follow and not (await subscription.consumer_info()).num_pending:
+            return
+        while True:
+            try:
+                msgs = await subscription.fetch(
+                    batch, timeout=FOLLOW_POLL_SECONDS if follow else log.timeout
+                )
+            except (TimeoutError, nats.errors.TimeoutError) as error:
+                if follow:
+                    continue
+                raise UnavailableError(f"reading stream {log.stream!r} timed out") from error
+            for msg in msgs:
+                event = audit_event(msg)
+                if (end is not None and event.seq > end) or (
+                    query.until is not None and event.time > query.until
+                ):
+                    return  # stream sequences and store times only grow
+                if query.matches(event):
+                    yield event
+                if (end is not None and event.seq >= end) or (
+                    not follow and msg.metadata.num_pending == 0
+                ):
+                    return
+    finally:
+        with contextlib.suppress(Exception):  # the ephemeral consumer expires on its own anyway
+            await subscription.unsubscribe()
+
+
+async def last_events(log: EventLog, query: EventQuery, count: int) -> tuple[list[AuditEvent], int]:
+    """The last ``count`` events ``query`` selects, and the stream sequence the read ended at.
+
+    Reads backwards in growing windows, so a filter that matches rarely costs more reads but a
+    plain tail reads only ``count`` events.
+    """
+    last = await stream_last_seq(log)
+    if count <= 0 or last == 0:
+        return [], last
+    window = count
+    while True:
+        start = max(1, last - window + 1)
+        window_query = replace(query, from_seq=start, to_seq=last)
+        found = [event async for event in read_events(log, window_query)]
+        if len(found) >= count or start == 1:
+            return found[-count:], last
+        window *= 8
+
+
+async def tail_events(
+    log: EventLog, query: EventQuery, *, count: int, follow: bool = False
+) -> AsyncIterator[AuditEvent]:
+    """``tail``: the last ``count`` matching events (or all from ``query.from_seq`` when set),
+    then, with ``follow``, every new matching event until the caller stops iterating."""
+    if query.from_seq is not None:
+        async for event in read_events(log, query, follow=follow):
+            yield event
+        return
+    events, last = await last_events(log, query, count)
+    for event in events:
+        yield event
+    if follow:
+        async for event in read_events(log, replace(query, from_seq=last + 1), follow=True):
+            yield event
