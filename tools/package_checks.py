@@ -42,7 +42,7 @@ def main() -> int:
     build_tree(tree)
     config = str(ROOT / "pyproject.toml")
     mypy = [sys.executable, "-m", "mypy", "--config-file", config, "-p", "memstream"]
-    imports = [str(Path(sys.executable).parent / "lint-imports"), "--config", config]
+    imports = [str(Path(sys.executable).parent / "lint-imports"), config]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     failed = subprocess.call(mypy, cwd=tree, env=env)
     failed |= subprocess.call(imports, cwd=tree, env=env)

@@ -82,7 +82,9 @@ async def catch_up(
                 if m.metadata.sequence.stream <= until
             ]
             if entries:
-                await asyncio.to_thread(apply_batch, connection, projections, entries, stats)
+                await asyncio.to_thread(
+                    _apply_like_projector, connection, projections, entries, stats
+                )
             reached = max(reached, msgs[-1].metadata.sequence.stream) if msgs else reached
             if progress:
                 progress(min(reached, until), until)
@@ -153,6 +155,25 @@ async def verify(
                 scratch.close()
     finally:
         live.close()
+
+
+def _apply_like_projector(
+    connection: sqlite3.Connection,
+    projections: Sequence[Projection],
+    entries: Sequence[LogEntry],
+    stats: ProjectorStats,
+) -> None:
+    """Apply a batch retrying failing events until they are dead-lettered, as the live projector
+    does, so that a rebuild gets past the same poison events to the same read model."""
+    while True:
+        attempts = sum(stats.attempts.values())
+        try:
+            apply_batch(connection, projections, entries, stats)
+        except Exception:
+            if sum(stats.attempts.values()) == attempts:
+                raise  # not an event's failure (e.g. the database is unavailable)
+        else:
+            return
 
 
 def _select(names: Sequence[str] | None) -> list[Projection]:

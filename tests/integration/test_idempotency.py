@@ -1,0 +1,241 @@
+"""Idempotency on a real nats-server: duplicate commands, duplicate appends, redelivered batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from nats.js import api
+
+from memstream.client import Memstream, open_memstream
+from memstream.domain.session import Session as SessionAggregate
+from memstream.projections.sqlite.checksum import checksum
+from memstream.projections.sqlite.database import open_database, tracked_seq
+from memstream.settings import Settings
+from memstream.workers.codec import CommandMeta, encode_event
+from memstream.workers.event_log import (
+    EventLog,
+    ExpectedSequenceMismatch,
+    LogEntry,
+    OutgoingMessage,
+)
+from memstream.workers.projector import (
+    ProjectorStats,
+    ProjectorWorker,
+    apply_batch,
+    default_projections,
+)
+from memstream.workers.rebuild import stream_last_seq, verify
+
+
+def _message(message_id: str, text: str = "hello") -> dict[str, object]:
+    return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]}
+
+
+async def _subject_count(log: EventLog, subject: str) -> int:
+    info = await log.js.stream_info(log.stream, subjects_filter=subject)
+    return int((info.state.subjects or {}).get(subject, 0))
+
+
+async def _read_all(log: EventLog) -> list[LogEntry]:
+    entries: list[LogEntry] = []
+    last = await stream_last_seq(log)
+    psub = await log.js.pull_subscribe(f"{log.subject_prefix}.>", durable=None, stream=log.stream)
+    try:
+        while len(entries) < last:
+            for msg in await psub.fetch(batch=last - len(entries), timeout=2):
+                entries.append(
+                    LogEntry(
+                        msg.metadata.sequence.stream, msg.subject, msg.data, dict(msg.headers or {})
+                    )
+                )
+                await msg.ack()
+    finally:
+        await psub.unsubscribe()
+    return entries
+
+
+async def test_same_command_twice_from_one_client_is_one_event(ms: Memstream) -> None:
+    # Given a command with a fixed command id whose message has no id, so that every decision
+    # of it mints a new message id and only the log's dedupe (Nats-Msg-Id) can spot a replay
+    meta = CommandMeta(command_id="cmd-append-1")
+    subject = ms.session_subject("s")
+
+    def append(session: SessionAggregate) -> list[SessionAggregate.Event]:
+        return session.append_message({"role": "user", "content": "hello"})
+
+    # When the client runs it twice (a retry after an unknown outcome)
+    first = await ms.session_command("s", append, meta)
+    second = await ms.session_command("s", append, meta)
+
+    # Then the log holds one event, and the read model one message
+    assert first == second
+    assert await _subject_count(ms.log, subject) == 1
+    history = await ms.session("s").get_history()
+    assert [m["parts"] for m in history] == [[{"type": "text", "text": "hello"}]]
+    # And the client's aggregate is the log's, not its own second decision
+    assert list((await ms.sessions.get(subject, "s")).parents) == [history[0]["id"]]
+
+
+async def test_same_command_from_two_clients_is_deduplicated_by_the_log(
+    ms: Memstream, settings: Settings
+) -> None:
+    # Given two clients whose caches both hold the session as it was before the write
+    other = await open_memstream(
+        settings.with_(data_dir=settings.data_dir / "other"), workers=False
+    )
+    try:
+        subject = ms.session_subject("s")
+        await ms.session("s").append_message(_message("m0"))
+        await ms.sessions.get(subject, "s")
+        await other.sessions.get(subject, "s")
+        meta = CommandMeta(command_id="cmd-append-2")
+
+        # When both run the same command (same command id = Nats-Msg-Id), each deciding it on
+        # its own cache and minting its own message id
+        first = await ms.session_command(
+            "s", lambda s: s.append_message({"role": "user", "content": "one"}), meta
+        )
+        second = await other.session_command(
+            "s", lambda s: s.append_message({"role": "user", "content": "two"}), meta
+        )
+
+        # Then the log deduplicates the second publish: one event, one message, first wins
+        assert second == first
+        assert await _subject_count(ms.log, subject) == 2
+        history = await ms.session("s").get_history()
+        assert [m["parts"][0]["text"] for m in history] == ["hello", "one"]
+        # And the second client's aggregate caught up with the log rather than forking
+        aggregate = await other.sessions.get(subject, "s")
+        assert list(aggregate.parents) == [m["id"] for m in history]
+        assert aggregate.latest_leaf == history[-1]["id"]
+    finally:
+        await other.close()
+
+
+async def test_the_log_acknowledges_a_republished_message_as_a_duplicate(ms: Memstream) -> None:
+    # Given an event message with a message id
+    subject = ms.session_subject("raw")
+    event = SessionAggregate.empty("default", "raw").append_message(_message("m1"))[0]
+    meta = CommandMeta(command_id="cmd-raw")
+    message = OutgoingMessage(*encode_event(event, meta, meta.command_id), msg_id=meta.command_id)
+    first = await ms.log.publish(subject, [message], 0)
+    # When it is published again, unguarded or guarded by the subject's current last sequence
+    # (a retry after reloading the aggregate)
+    again = [await ms.log.publish(subject, [message], expected) for expected in (None, first.seq)]
+    # Then each republish is acknowledged as a duplicate of the first
+    assert not first.duplicate
+    assert [(r.seq, r.duplicate) for r in again] == [(first.seq, True), (first.seq, True)]
+    # And a republish still guarded by the stale sequence is refused (the server checks the
+    # expected sequence before the duplicate window); either way the log stores it once
+    with pytest.raises(ExpectedSequenceMismatch):
+        await ms.log.publish(subject, [message], 0)
+    assert await _subject_count(ms.log, subject) == 1
+
+
+async def test_same_message_id_with_different_command_ids_is_a_domain_no_op(ms: Memstream) -> None:
+    # Given a session with message m1
+    session = ms.session("s")
+    await session.append_message(_message("m1", "first"))
+    # When m1 is appended again under other command ids, with other content and parents
+    await ms.session_command(
+        "s", lambda s: s.append_message(_message("m1", "second")), CommandMeta(command_id="a")
+    )
+    await ms.session_command(
+        "s",
+        lambda s: s.append_message(_message("m1", "third"), None),
+        CommandMeta(command_id="b"),
+    )
+    await session.append_messages([_message("m1", "fourth"), _message("m2")])
+    # Then the log holds the first append and the batch's new message only
+    assert await _subject_count(ms.log, ms.session_subject("s")) == 2
+    # And the first content wins
+    assert await session.get_history() == [_message("m1", "first"), _message("m2")]
+
+
+async def test_committed_but_unacknowledged_batch_is_skipped_when_redelivered(
+    ms: Memstream, settings: Settings, tmp_path: Path
+) -> None:
+    # Given events in the log (appended, updated, deleted, compacted)
+    session = ms.session("s")
+    for i in range(6):
+        await session.append_message(_message(f"m{i}", f"text {i}"))
+    await session.update_message(_message("m2", "changed"))
+    await session.delete_messages(["m4"])
+    await session.add_compaction("summary", "m1", "m3")
+    entries = await _read_all(ms.log)
+    assert len(entries) == 9
+
+    # When a batch is committed to a read model ...
+    connection = open_database(tmp_path / "redelivery.db")
+    try:
+        stats = ProjectorStats()
+        assert apply_batch(connection, default_projections(), entries[:5], stats) == 5
+        committed = checksum(connection, "sessions")
+        # ... and then redelivered because its acknowledgement was lost
+        assert apply_batch(connection, default_projections(), entries[:5], stats) == 5
+        # Then the redelivery is skipped: nothing is applied twice
+        assert (stats.applied, stats.skipped) == (5, 5)
+        assert checksum(connection, "sessions") == committed
+        # When a redelivery overlaps new events, only the new ones are applied
+        assert apply_batch(connection, default_projections(), entries[3:], stats) == 9
+        assert (stats.applied, stats.skipped) == (9, 7)
+        assert tracked_seq(connection, "sessions") == 9
+        # Then the result equals the live read model that saw every event once
+        await ms.wait_for_sessions()
+        assert checksum(connection, "sessions") == checksum(ms.database, "sessions")
+    finally:
+        connection.close()
+
+
+async def test_projector_resuming_over_a_committed_unacknowledged_batch_applies_only_new_events(
+    settings: Settings,
+) -> None:
+    # Given a projector that fetched a batch from its durable consumer and committed it to the
+    # read model, then died before acknowledging it
+    writer = await open_memstream(settings, workers=False)
+    try:
+        session = writer.session("s")
+        for i in range(5):
+            await session.append_message(_message(f"m{i}"))
+        database = settings.data_dir / "memstream.db"
+        connection = open_database(database)
+        worker = ProjectorWorker(writer.log, connection, batch_size=3)
+        try:
+            js = writer.log.js
+            await js.add_consumer(
+                writer.log.stream,
+                api.ConsumerConfig(
+                    durable_name=worker.durable,
+                    ack_policy=api.AckPolicy.ALL,
+                    ack_wait=60.0,
+                    filter_subject="ms.>",
+                ),
+            )
+            dead = await js.pull_subscribe_bind(worker.durable, writer.log.stream)
+            fetched = await dead.fetch(5, timeout=2)
+            entries = [
+                LogEntry(m.metadata.sequence.stream, m.subject, m.data, dict(m.headers or {}))
+                for m in fetched
+            ]
+            assert apply_batch(connection, worker.projections, entries, ProjectorStats()) == 5
+            await dead.unsubscribe()
+            info = await js.consumer_info(writer.log.stream, worker.durable)
+            assert (info.num_ack_pending, info.ack_floor.stream_seq) == (5, 0)
+
+            # When a new projector starts on that consumer and read model, and more events arrive
+            worker.start()
+            for i in range(5, 8):
+                await session.append_message(_message(f"m{i}"))
+            await writer.wait_for_sessions()
+
+            # Then only the new events were applied, and the read model equals a rebuild
+            assert worker.stats.applied == 3
+            assert [m["id"] for m in await session.get_history()] == [f"m{i}" for i in range(8)]
+            (result,) = await verify(writer.log, database)
+            assert result.ok
+        finally:
+            await worker.stop()
+            connection.close()
+    finally:
+        await writer.close()
