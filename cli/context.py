@@ -14,14 +14,10 @@ from typing import Any, TypeVar
 
 import typer
 
-from memstream import Memstream, Settings, UnavailableError
+from memstream import Memstream, Settings
 from memstream.client import open_memstream
 
 T = TypeVar("T")
-
-# nats-py 2.16 retries an unreachable server forever when reconnects are unlimited, so the CLI
-# bounds the first connection to a remote server itself (the embedded one was just checked).
-CONNECT_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +45,6 @@ def settings_of(ctx: typer.Context) -> Settings:
     )
 
 
-def database_path(settings: Settings) -> Path:
-    """The SQLite read-model database of the data dir (where ``connect()`` keeps it)."""
-    return settings.data_dir / "memstream.db"
-
-
 def run(main: Coroutine[Any, Any, T]) -> T:
     """Run one command's coroutine on a fresh event loop."""
     return asyncio.run(main)
@@ -70,16 +61,7 @@ async def connected(settings: Settings, *, workers: bool | None = None) -> Async
     Raises:
         UnavailableError: NATS or the read-model database cannot be reached.
     """
-    deadline = asyncio.timeout(CONNECT_TIMEOUT if settings.nats_url is not None else None)
-    try:
-        async with deadline:
-            ms = await open_memstream(settings, workers=workers)
-    except TimeoutError:
-        if not deadline.expired():
-            raise
-        raise UnavailableError(
-            f"cannot reach NATS at {settings.nats_url} within {CONNECT_TIMEOUT:g} s"
-        ) from None
+    ms = await open_memstream(settings, workers=workers)
     try:
         yield ms
     finally:

@@ -10,7 +10,6 @@ from memstream import InvalidInputError, Settings
 from memstream.cli.context import (
     configure_logging,
     connected,
-    database_path,
     run,
     settings_of,
     until_signal,
@@ -96,9 +95,7 @@ def worker(
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     try:
         configure_logging()
-        config = WorkerConfig(
-            nats_url=url, stream=settings.stream, database=database_path(settings)
-        )
+        config = WorkerConfig(nats_url=url, stream=settings.stream, database=settings.database_path)
         security = nats_security(
             user=settings.nats_user,
             password=settings.nats_password,

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from memstream.cli.context import connected, database_path, run, settings_of
+from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import (
     emit_json,
     note,
@@ -60,7 +60,7 @@ def rebuild_projections(ctx: typer.Context, names: NamesArg = None) -> None:
     async def main() -> int:
         async with connected(settings, workers=False) as ms:
             with progress_bar("rebuilding") as progress:
-                return await rebuild(ms.log, database_path(settings), names, progress=progress)
+                return await rebuild(ms.log, settings.database_path, names, progress=progress)
 
     reached = run(main())
     typer.echo(
@@ -91,7 +91,7 @@ def verify_projections(
         async with connected(settings) as ms:
             with progress_bar("verifying") as progress:
                 results = await verify(
-                    ms.log, database_path(settings), names, as_of=as_of, progress=progress
+                    ms.log, settings.database_path, names, as_of=as_of, progress=progress
                 )
             tracked = {s.name: s.tracked_seq for s in projection_statuses(ms.database, 0)}
             return results, {r.projection: tracked[r.projection] == r.seq for r in results}

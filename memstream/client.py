@@ -93,13 +93,12 @@ class Memstream:
         if self.projector is not None:
             return
         self.projector = ProjectorWorker(
-            self.log, open_database(self._database_path()), on_commit=self.sessions_position.advance
+            self.log,
+            open_database(self.settings.database_path),
+            on_commit=self.sessions_position.advance,
         )
         self.sessions_position.local = True
         self.projector.start()
-
-    def _database_path(self) -> Path:
-        return self.settings.data_dir / "memstream.db"
 
     def watch_ownership(self, run_workers: bool, interval: float = 0.5) -> None:
         """As a guest of another process's embedded server, take it over when that owner
@@ -164,7 +163,7 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
         )
         log = EventLog(client, settings.stream, timeout=settings.write_timeout)
         await log.ensure_stream()
-        connection = open_database(settings.data_dir / "memstream.db")
+        connection = open_database(settings.database_path)
     except BaseException:
         if runtime is not None:
             runtime.release()

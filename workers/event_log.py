@@ -44,6 +44,9 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
 )
 
 
+_CONNECT_ERRORS: tuple[type[BaseException], ...] = (*_TRANSIENT, nats.errors.Error)
+
+
 class ExpectedSequenceMismatch(Exception):
     """The subject moved on since the caller loaded it (JetStream error 10071)."""
 
@@ -85,13 +88,17 @@ async def connect_nats(
     creds: str | None = None,
     connect_timeout: float = 2.0,
 ) -> Client:
-    """Connect to NATS with reconnects enabled; raise :class:`UnavailableError` if unreachable."""
+    """Connect to NATS; raise :class:`UnavailableError` at once if it cannot be reached.
+
+    The first connection is tried once (nats-py would otherwise retry it forever with unlimited
+    reconnects); once connected, the client reconnects by itself after any outage.
+    """
     options: dict[str, Any] = {
         "servers": [url],
         "name": name,
         "connect_timeout": connect_timeout,
-        "allow_reconnect": True,
-        "max_reconnect_attempts": -1,
+        "allow_reconnect": False,
+        "max_reconnect_attempts": 1,
         "reconnect_time_wait": 0.25,
     }
     if user:
@@ -107,13 +114,12 @@ async def connect_nats(
 
     options["error_cb"] = _quiet
     try:
-        return await nats.connect(**options, allow_reconnect_on_initial_connect=False)
-    except TypeError:  # older nats-py without that keyword
-        return await nats.connect(**options)
-    except _TRANSIENT as error:
-        raise UnavailableError(f"cannot reach NATS at {url}: {error}") from error
-    except nats.errors.NoServersError as error:
-        raise UnavailableError(f"cannot reach NATS at {url}: {error}") from error
+        client: Client = await nats.connect(**options)
+    except _CONNECT_ERRORS as error:
+        raise UnavailableError(f"cannot reach NATS at {url}: {error!r}") from error
+    client.options["allow_reconnect"] = True  # from now on, ride out outages
+    client.options["max_reconnect_attempts"] = -1
+    return client
 
 
 class EventLog:
