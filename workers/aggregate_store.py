@@ -10,6 +10,7 @@ one publish round trip and a long session is never replayed per command.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -22,8 +23,11 @@ from memstream.domain.errors import ConcurrencyError, MemstreamError
 from memstream.workers.codec import CommandMeta, decode_event, encode_event
 from memstream.workers.event_log import EventLog, ExpectedSequenceMismatch, OutgoingMessage
 
+logger = logging.getLogger(__name__)
 A = TypeVar("A", bound=Aggregate)
-MAX_ATTEMPTS = 40
+# Conflicts are retried for this long (a writer that keeps losing to others in tight loops can
+# wait for several of their bursts; measured up to ~4 s with 8 writers on one session here).
+RETRY_SECONDS = 15.0
 CACHE_SIZE = 256
 
 
@@ -45,9 +49,15 @@ class AggregateStore(Generic[A]):
     """Load-decide-publish-apply for one aggregate class, with a per-subject cache and lock."""
 
     def __init__(
-        self, log: EventLog, empty: Callable[[str], A], *, cache_size: int = CACHE_SIZE
+        self,
+        log: EventLog,
+        empty: Callable[[str], A],
+        *,
+        cache_size: int = CACHE_SIZE,
+        retry_seconds: float = RETRY_SECONDS,
     ) -> None:
         self.log = log
+        self.retry_seconds = retry_seconds
         self._empty = empty
         self._cache: OrderedDict[str, _Cached[A]] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -66,13 +76,16 @@ class AggregateStore(Generic[A]):
         raised by ``decide`` propagate unchanged and publish nothing.
 
         Raises:
-            ConcurrencyError: the subject kept moving for ``MAX_ATTEMPTS`` attempts.
+            ConcurrencyError: the subject kept moving for ``retry_seconds``.
             UnavailableError: NATS is unreachable.
         """
         meta = meta or CommandMeta()
         lock = self._locks.setdefault(subject, asyncio.Lock())
         async with lock:
-            for attempt in range(MAX_ATTEMPTS):
+            deadline = asyncio.get_running_loop().time() + self.retry_seconds
+            attempt = 0
+            while asyncio.get_running_loop().time() < deadline or attempt < 3:
+                attempt += 1
                 cached = await self._load(subject, key)
                 try:
                     events = list(decide(cached.aggregate))
@@ -96,7 +109,8 @@ class AggregateStore(Generic[A]):
                     result = await self.log.publish(subject, outgoing, cached.seq)
                 except ExpectedSequenceMismatch:
                     await self._fast_forward(subject, cached)
-                    await asyncio.sleep(random.uniform(0, 0.002 * min(attempt, 10)))
+                    if attempt > 2:  # jitter, so that writers who lost together spread out
+                        await asyncio.sleep(random.uniform(0, 0.0005 * 2 ** min(attempt, 5)))
                     continue
                 except BaseException:
                     # Unknown outcome (timeout, disconnect): the cache may be stale; reload later.
@@ -111,7 +125,8 @@ class AggregateStore(Generic[A]):
                 cached.seq = result.seq
                 return CommandResult(events, result.seq)
         raise ConcurrencyError(
-            f"{subject} changed under the command {MAX_ATTEMPTS} times; giving up"
+            f"{subject} changed under the command {attempt} times in "
+            f"{self.retry_seconds:g} s; giving up"
         )
 
     async def get(self, subject: str, key: str) -> A:
@@ -149,8 +164,13 @@ class AggregateStore(Generic[A]):
 
     async def _fast_forward(self, subject: str, cached: _Cached[A]) -> None:
         async for entry in self.log.read_subject(subject, cached.seq):
-            event = decode_event(entry.payload, entry.headers)
-            event.mutate(cached.aggregate)
+            try:
+                event = decode_event(entry.payload, entry.headers)
+            except Exception:
+                # Not an event of ours (the projector dead-letters it too): pass over it.
+                logger.exception("skipping undecodable message %d on %s", entry.seq, subject)
+            else:
+                event.mutate(cached.aggregate)
             cached.seq = entry.seq
 
 

@@ -257,6 +257,9 @@ async def test_poison_events_are_dead_lettered_and_the_projector_keeps_going(
     assert letters[1]["topic"].endswith("Session.MessageAppended")
     assert ms.projector is not None
     assert ms.projector.stats.dead_lettered == 2
+    # And the session the garbage landed on is still writable (its aggregate passes over it)
+    await ms.session("x").append_message(_message(4))
+    assert [m["id"] for m in await ms.session("x").get_history()] == ["m00004"]
     # And a rebuild from the log gets past the same poison events to the same read model
     (result,) = await verify(ms.log, settings.data_dir / "memstream.db")
     assert result.ok
