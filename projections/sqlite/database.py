@@ -7,7 +7,7 @@ from pathlib import Path
 
 from memstream.domain.errors import UnavailableError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -60,6 +60,19 @@ _MIGRATIONS: dict[int, str] = {
         created_at TEXT NOT NULL
     );
     CREATE INDEX IF NOT EXISTS compactions_session ON compactions (sid, position);
+    """,
+    # The message FTS gets a ``scope`` column holding the session key (``sid``) as a token, so
+    # a session's search is one FTS5 query instead of a ``messages`` lookup for every match in
+    # the whole table to check its session (3.7x slower for a 5,000-message session among
+    # 100,000 messages, 1.2x for the 100,000-message session itself).
+    2: """
+    CREATE VIRTUAL TABLE messages_fts_v2 USING fts5(
+        text, scope, tokenize = 'porter unicode61'
+    );
+    INSERT INTO messages_fts_v2 (rowid, text, scope)
+        SELECT f.rowid, f.text, m.sid FROM messages_fts AS f JOIN messages AS m ON m.mid = f.rowid;
+    DROP TABLE messages_fts;
+    ALTER TABLE messages_fts_v2 RENAME TO messages_fts;
     """,
 }
 

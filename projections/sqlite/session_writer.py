@@ -94,7 +94,8 @@ def _insert(connection: sqlite3.Connection, sid: int, write: InsertMessage) -> N
         )
     if write.text:
         connection.execute(
-            "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", (cursor.lastrowid, write.text)
+            "INSERT INTO messages_fts (rowid, text, scope) VALUES (?, ?, ?)",
+            (cursor.lastrowid, write.text, sid),
         )
 
 
@@ -112,7 +113,8 @@ def _update(connection: sqlite3.Connection, sid: int, write: UpdateMessage) -> N
     connection.execute("DELETE FROM messages_fts WHERE rowid = ?", (mid,))
     if write.text:
         connection.execute(
-            "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", (mid, write.text)
+            "INSERT INTO messages_fts (rowid, text, scope) VALUES (?, ?, ?)",
+            (mid, write.text, sid),
         )
 
 

@@ -1,0 +1,1 @@
+"""memstream benchmarks, each against a baseline measured in the same run: ``python -m bench``."""

@@ -1,0 +1,111 @@
+"""Sequential ``Session.append_message``, each awaited, against raw ``js.publish`` awaited.
+
+The figure that counts is the default embedded shape (the projector runs in this process, as
+``connect()`` does when it owns the log). For diagnosis the same is measured with the projector in
+its own process (the distributed shape) and with no projector at all (the write path alone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+from bench.harness import (
+    RAW_SUBJECT,
+    BenchEnv,
+    Row,
+    bench_env,
+    median,
+    paired_ratio,
+    raw_stream,
+)
+from bench.payloads import MessageFactory, payload
+from bench.projector_process import projector_process
+
+NAME = "append"
+TITLE = "sequential append_message, each awaited"
+TARGET = 0.6
+ROUNDS = 5
+PER_ROUND = 1000
+WARM = 50
+
+
+@contextlib.contextmanager
+def _no_projector() -> Iterator[None]:
+    yield
+
+
+async def _measure(
+    env: BenchEnv, shape: str, factory: MessageFactory
+) -> tuple[list[float], list[float]]:
+    """Rates (ours, raw) of interleaved rounds in one projector ``shape``."""
+    external = (
+        projector_process(env.server.url, env.settings.stream, env.settings.database_path)
+        if shape == "process"
+        else _no_projector()
+    )
+    with external:
+        memstream = await env.memstream(workers=shape == "in-process")
+        raw = await env.raw_client()
+        try:
+            js = await raw_stream(raw)
+            session = memstream.session(f"bench-append-{shape}")
+            for message in factory.messages(f"{shape}-warm", WARM):  # load the aggregate
+                await session.append_message(message)
+                await js.publish(RAW_SUBJECT, payload(message))
+            ours: list[float] = []
+            baseline: list[float] = []
+            for round_ in range(ROUNDS):
+                messages = factory.messages(f"{shape}-r{round_}", PER_ROUND)
+                payloads = [payload(m) for m in messages]
+                if shape != "none":
+                    await memstream.wait_for_sessions()  # each phase starts with an idle projector
+                start = time.perf_counter()
+                for message in messages:
+                    await session.append_message(message)
+                ours.append(PER_ROUND / (time.perf_counter() - start))
+                if shape != "none":
+                    await memstream.wait_for_sessions()
+                start = time.perf_counter()
+                for data in payloads:
+                    await js.publish(RAW_SUBJECT, data)
+                baseline.append(PER_ROUND / (time.perf_counter() - start))
+            if shape != "none":
+                length = await session.get_path_length()
+                assert length == WARM + ROUNDS * PER_ROUND, f"path length {length}"
+        finally:
+            await raw.close()
+            await memstream.close()
+    return ours, baseline
+
+
+async def run() -> Row:
+    factory = MessageFactory(seed=1)
+    results: dict[str, tuple[list[float], list[float]]] = {}
+    for shape in ("in-process", "process", "none"):
+        async with bench_env(f"{NAME}-{shape}") as env:
+            results[shape] = await _measure(env, shape, factory)
+    ours, raw = results["in-process"]
+    ratio = paired_ratio(ours, raw)
+
+    def ratio_of(shape: str) -> str:
+        mine, theirs = results[shape]
+        return (
+            f"{median(mine):,.0f} vs {median(theirs):,.0f} msg/s = "
+            f"{paired_ratio(mine, theirs):.2f}×"
+        )
+
+    return Row(
+        TITLE,
+        f"{median(ours):,.0f} msg/s",
+        f"{median(raw):,.0f} msg/s",
+        f"{ratio:.2f}×",
+        f"≥ {TARGET}×",
+        ratio >= TARGET,
+        f"projector in this process (the embedded default); medians of {ROUNDS} interleaved "
+        f"rounds of {PER_ROUND}, ratio the median of per-round ratios. The same with the "
+        f"projector in its own process: "
+        f"{ratio_of('process')}; with no projector running (the write path alone): "
+        f"{ratio_of('none')}",
+    )
