@@ -30,6 +30,10 @@ from memstream.workers.subjects import subject_for
 
 logger = logging.getLogger(__name__)
 
+# How long the in-process projector gathers a burst of writes before committing it, unless a
+# reader is waiting (see ProjectorWorker._linger).
+PROJECTOR_LINGER = 0.004
+
 
 class Memstream:
     """A connected memstream: sessions and (later) agent memory over one log."""
@@ -96,6 +100,8 @@ class Memstream:
             self.log,
             open_database(self.settings.database_path),
             on_commit=self.sessions_position.advance,
+            watch=self.sessions_position,
+            linger=PROJECTOR_LINGER,
         )
         self.sessions_position.local = True
         self.projector.start()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -78,6 +79,35 @@ class PublishResult:
     duplicate: bool
 
 
+_WHITESPACE = re.compile(r"\s")
+_CRLF = b"\r\n"
+
+
+class MemstreamNatsClient(Client):
+    """nats-py's client with a faster header parser.
+
+    Every event carries about a dozen headers, and nats-py 2.16 checks header names for
+    whitespace one character at a time through a generator: about 58 µs per received message,
+    more than the projector's whole SQLite work for it. Same rules, one regex search per name.
+    """
+
+    @staticmethod
+    def _parse_header_lines(raw: bytes) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for line in raw.split(_CRLF):
+            name, sep, value = line.partition(b":")
+            if not sep:
+                continue
+            try:
+                key = name.strip().decode("ascii")
+            except UnicodeDecodeError:
+                continue
+            if _WHITESPACE.search(key):
+                continue
+            out[key] = value.strip().decode("utf-8", "replace")
+        return out
+
+
 async def connect_nats(
     url: str,
     *,
@@ -114,7 +144,8 @@ async def connect_nats(
 
     options["error_cb"] = _quiet
     try:
-        client: Client = await nats.connect(**options)
+        client: Client = MemstreamNatsClient()
+        await client.connect(**options)
     except _CONNECT_ERRORS as error:
         raise UnavailableError(f"cannot reach NATS at {url}: {error!r}") from error
     client.options["allow_reconnect"] = True  # from now on, ride out outages

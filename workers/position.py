@@ -21,11 +21,18 @@ class PositionWatch:
         self._read_position = read_position
         self._position = 0
         self._changed = asyncio.Event()
+        self._waiters = 0
+        self.demand = asyncio.Event()  # set while someone waits for a position
         self.local = False  # True while a projector in this process reports commits
 
     @property
     def position(self) -> int:
         return self._position
+
+    @property
+    def waiting(self) -> bool:
+        """True while a reader in this process waits for the projection to advance."""
+        return self._waiters > 0
 
     def advance(self, seq: int) -> None:
         """Called by the projector after a commit."""
@@ -43,6 +50,18 @@ class PositionWatch:
         if seq <= self._position:
             return
         self.advance(self._read_position())
+        if seq <= self._position:
+            return
+        self._waiters += 1
+        self.demand.set()
+        try:
+            await self._wait(seq, timeout)
+        finally:
+            self._waiters -= 1
+            if not self._waiters:
+                self.demand.clear()
+
+    async def _wait(self, seq: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         delay = POLL_MIN
         while seq > self._position:
