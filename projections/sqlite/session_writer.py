@@ -64,17 +64,13 @@ def apply_session_writes(connection: sqlite3.Connection, writes: Iterable[Sessio
 
 
 def _insert(connection: sqlite3.Connection, sid: int, write: InsertMessage) -> None:
-    exists = connection.execute(
-        "SELECT 1 FROM messages WHERE sid = ? AND id = ?", (sid, write.message_id)
-    ).fetchone()
-    if exists:  # the domain never appends an existing id; keep the first content regardless
-        return
-    children = connection.execute(
-        "SELECT count(*) FROM messages WHERE sid = ? AND parent_id = ?", (sid, write.message_id)
-    ).fetchone()[0]
+    # One statement: the domain never appends an existing id (keep the first content if it
+    # did), and a message re-appended after a delete adopts the orphans that point at it.
     cursor = connection.execute(
         "INSERT INTO messages (sid, id, parent_id, role, content, bytes, position, created_at, "
-        "child_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "child_count) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+        "(SELECT count(*) FROM messages WHERE sid = ?1 AND parent_id = ?2)) "
+        "ON CONFLICT (sid, id) DO NOTHING",
         (
             sid,
             write.message_id,
@@ -84,9 +80,10 @@ def _insert(connection: sqlite3.Connection, sid: int, write: InsertMessage) -> N
             len(write.content.encode("utf-8", "surrogatepass")),
             write.position,
             write.created_at,
-            children,
         ),
     )
+    if cursor.rowcount != 1:
+        return
     if write.parent_id is not None:
         connection.execute(
             "UPDATE messages SET child_count = child_count + 1 WHERE sid = ? AND id = ?",
