@@ -10,26 +10,13 @@ import json
 from typing import Any
 
 import pytest
+from support.messages import ids, msg
 
 from memstream.client import Memstream, open_memstream
 from memstream.domain.messages import is_compaction_message
 from memstream.projections.recent_history import RecentHistory
 from memstream.session import Session
 from memstream.settings import Settings
-
-
-def msg(message_id: str, text: str | None = None, role: str = "user") -> dict[str, Any]:
-    return {
-        "id": message_id,
-        "role": role,
-        "parts": [
-            {"type": "text", "text": text if text is not None else f"m message {message_id}"}
-        ],
-    }
-
-
-def ids(messages: list[dict[str, Any]]) -> list[str]:
-    return [m["id"] for m in messages]
 
 
 def json_bytes(message: dict[str, Any]) -> int:

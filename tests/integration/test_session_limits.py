@@ -13,20 +13,13 @@ import sqlite3
 from typing import Any
 
 import pytest
+from support.messages import msg
 
 from memstream.client import Memstream
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError
 from memstream.domain.limits import MESSAGE_MAX_BYTES, SEARCH_QUERY_MAX_BYTES
 from memstream.domain.session import OMITTED
 from memstream.session import Session
-
-
-def msg(message_id: str, text: str | None = None) -> dict[str, Any]:
-    return {
-        "id": message_id,
-        "role": "user",
-        "parts": [{"type": "text", "text": text if text is not None else f"text of {message_id}"}],
-    }
 
 
 def sized(message_id: str, size: int, char: str = "x") -> dict[str, Any]:
@@ -54,8 +47,8 @@ async def snapshot(ms: Memstream, session: Session) -> tuple[Any, ...]:
 async def session(ms: Memstream) -> Session:
     """A session holding m0 → m1."""
     s = ms.session("limits")
-    await s.append_message(msg("m0"))
-    await s.append_message(msg("m1"))
+    await s.append_message(msg("m0", "text of m0"))
+    await s.append_message(msg("m1", "text of m1"))
     return s
 
 

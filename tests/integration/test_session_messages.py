@@ -6,27 +6,12 @@ client's own last write, so no test sleeps.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from support.messages import ids, msg
 
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError, NotFoundError
 from memstream.settings import Settings
-
-
-def msg(message_id: str, text: str | None = None, role: str = "user") -> dict[str, Any]:
-    return {
-        "id": message_id,
-        "role": role,
-        "parts": [
-            {"type": "text", "text": text if text is not None else f"m message {message_id}"}
-        ],
-    }
-
-
-def ids(messages: list[dict[str, Any]]) -> list[str]:
-    return [m["id"] for m in messages]
 
 
 async def test_tree_basics_on_one_session(ms: Memstream) -> None:

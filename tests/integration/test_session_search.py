@@ -7,17 +7,13 @@ excludes; results are ``[{id, role, content, created_at}]`` ranked best first.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 import pytest
+from support.messages import msg
 
 from memstream.client import Memstream
 from memstream.domain.errors import InvalidInputError
 from memstream.session import Session
-
-
-def msg(message_id: str, text: str, role: str = "user") -> dict[str, Any]:
-    return {"id": message_id, "role": role, "parts": [{"type": "text", "text": text}]}
 
 
 async def found(session: Session, query: str, limit: int = 20) -> list[str]:

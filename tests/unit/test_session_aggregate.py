@@ -14,20 +14,13 @@ from typing import Any
 import pytest
 from eventsourcing.persistence import DatetimeAsISO, JSONTranscoder, Mapper, UUIDAsHex
 from eventsourcing.popo import POPOAggregateRecorder
+from support.messages import msg
 
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError
 from memstream.domain.limits import BATCH_MAX_MESSAGES, MESSAGE_MAX_BYTES
 from memstream.domain.session import OMITTED, Session
 
 Decision = Callable[[Session], Sequence[Session.Event]]
-
-
-def msg(message_id: str, text: str | None = None, role: str = "user") -> dict[str, Any]:
-    return {
-        "id": message_id,
-        "role": role,
-        "parts": [{"type": "text", "text": text if text is not None else f"text of {message_id}"}],
-    }
 
 
 class Scenario:
@@ -81,7 +74,7 @@ def test_first_append_is_a_root(scenario: Scenario) -> None:
     assert isinstance(event, Session.MessageAppended)
     assert (event.session_id, event.message_id, event.parent_id) == ("chat", "m1", None)
     assert event.message_json == (
-        '{"id":"m1","role":"user","parts":[{"type":"text","text":"text of m1"}]}'
+        '{"id":"m1","role":"user","parts":[{"type":"text","text":"m message m1"}]}'
     )
     assert scenario.load().latest_leaf == "m1"
 
