@@ -186,7 +186,9 @@ class EventLog:
         self.js: JetStreamContext = client.jetstream(timeout=timeout)
 
     async def ensure_stream(self) -> None:
-        """Create the stream if missing (file storage, dedupe window, deletes denied)."""
+        """Create the stream if missing (file storage, dedupe window, deletes denied), or bring
+        an existing one up to the settings memstream relies on (direct gets, atomic batches,
+        at least the 2-minute duplicate window, deletes denied)."""
         config = api.StreamConfig(
             name=self.stream,
             subjects=[f"{self.subject_prefix}.>"],
@@ -199,9 +201,24 @@ class EventLog:
         )
         try:
             try:
-                await self.js.stream_info(self.stream)
+                info = await self.js.stream_info(self.stream)
             except nats.js.errors.NotFoundError:
                 await self.js.add_stream(config)
+                return
+            current = info.config
+            if not (
+                current.allow_direct
+                and current.allow_atomic
+                and current.deny_delete
+                and (current.duplicate_window or 0) >= DUPLICATE_WINDOW_SECONDS
+            ):
+                current.allow_direct = True
+                current.allow_atomic = True
+                current.deny_delete = True
+                current.duplicate_window = max(
+                    current.duplicate_window or 0, DUPLICATE_WINDOW_SECONDS
+                )
+                await self.js.update_stream(current)
         except _TRANSIENT as error:
             raise UnavailableError(f"NATS stream {self.stream!r} unavailable: {error}") from error
 

@@ -13,11 +13,13 @@ from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import open_database, tracked_seq
 from memstream.settings import Settings
 from memstream.workers.codec import CommandMeta, encode_event
+from memstream.workers.embedded import NatsServerProcess
 from memstream.workers.event_log import (
     EventLog,
     ExpectedSequenceMismatch,
     LogEntry,
     OutgoingMessage,
+    connect_nats,
 )
 from memstream.workers.projector import (
     ProjectorStats,
@@ -239,3 +241,26 @@ async def test_projector_resuming_over_a_committed_unacknowledged_batch_applies_
             connection.close()
     finally:
         await writer.close()
+
+
+async def test_an_existing_stream_is_brought_up_to_the_required_settings(
+    nats_server: NatsServerProcess,
+) -> None:
+    # Given a stream created elsewhere without direct gets, atomic batches or a dedupe window
+    client = await connect_nats(nats_server.url)
+    try:
+        await client.jetstream().add_stream(
+            api.StreamConfig(name="OLD", subjects=["ms.>"], duplicate_window=1.0)
+        )
+        log = EventLog(client, "OLD")
+        # When memstream starts on it
+        await log.ensure_stream()
+        # Then the stream has what memstream relies on, and keeps its subjects
+        config = (await client.jetstream().stream_info("OLD")).config
+        assert config.allow_direct
+        assert config.allow_atomic
+        assert config.deny_delete
+        assert config.duplicate_window == 120.0
+        assert config.subjects == ["ms.>"]
+    finally:
+        await client.close()
