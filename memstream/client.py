@@ -60,6 +60,7 @@ class Memstream:
         self.last_write_seq = 0
         self.projector: ProjectorWorker | None = None
         self._watchdog: asyncio.Task[None] | None = None
+        self._subjects: dict[str, str] = {}
         self._run_workers = False
 
     def _empty_session(self, session_id: str) -> SessionAggregate:
@@ -70,7 +71,14 @@ class Memstream:
         return Session(self, session_id)
 
     def session_subject(self, session_id: str) -> str:
-        return subject_for(self.log.subject_prefix, self.namespace, "session", session_id)
+        """The subject a session's events live on (memoised: it is needed on every write)."""
+        subject = self._subjects.get(session_id)
+        if subject is None:
+            subject = subject_for(self.log.subject_prefix, self.namespace, "session", session_id)
+            if len(self._subjects) >= 4096:
+                self._subjects.clear()
+            self._subjects[session_id] = subject
+        return subject
 
     async def session_command(
         self,
