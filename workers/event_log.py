@@ -79,33 +79,28 @@ class PublishResult:
     duplicate: bool
 
 
-_WHITESPACE = re.compile(r"\s")
-_CRLF = b"\r\n"
+# One header line: a name of visible ASCII (no ":"), a value; ASCII blanks around both trimmed.
+_HEADER_LINE = re.compile(
+    rb"^[ \t\v\f]*([!-9;-~]+)[ \t\v\f]*:[ \t\v\f]*([^\r\n]*?)[ \t\v\f]*\r?$", re.MULTILINE
+)
 
 
 class MemstreamNatsClient(Client):
     """nats-py's client with a faster header parser.
 
-    Every event carries about a dozen headers, and nats-py 2.16 checks header names for
-    whitespace one character at a time through a generator: about 58 µs per received message,
-    more than the projector's whole SQLite work for it. Same rules, one regex search per name.
+    Every event carries about a dozen headers, and nats-py 2.16 parses them line by line and
+    checks each name for whitespace one character at a time through a generator: about 58 µs
+    per received message, more than the projector's whole SQLite work for it. One regex pass
+    over the block gives the same headers (names with whitespace or non-ASCII bytes are
+    skipped, values are trimmed, the last of a repeated name wins).
     """
 
     @staticmethod
     def _parse_header_lines(raw: bytes) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for line in raw.split(_CRLF):
-            name, sep, value = line.partition(b":")
-            if not sep:
-                continue
-            try:
-                key = name.strip().decode("ascii")
-            except UnicodeDecodeError:
-                continue
-            if _WHITESPACE.search(key):
-                continue
-            out[key] = value.strip().decode("utf-8", "replace")
-        return out
+        return {
+            name.decode("ascii"): value.decode("utf-8", "replace")
+            for name, value in _HEADER_LINE.findall(raw)
+        }
 
 
 async def connect_nats(
