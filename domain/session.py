@@ -15,7 +15,7 @@ from typing import Any, ClassVar, TypeVar
 from eventsourcing.domain import Aggregate
 
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError
-from memstream.domain.limits import BATCH_MAX_MESSAGES, check_message_id, check_session_id
+from memstream.domain.limits import BATCH_MAX_MESSAGES, check_message_id
 from memstream.domain.messages import encode_message, normalize_message
 
 _NAMESPACE = uuid.UUID("6f2a4a64-9f7e-4c38-a1c7-2c1f0e0f7a01")
@@ -317,4 +317,4 @@ class Session(Aggregate):
         return event
 
 
-__all__ = ["OMITTED", "Session", "check_session_id", "session_aggregate_id"]
+__all__ = ["OMITTED", "Session", "session_aggregate_id"]

@@ -111,7 +111,6 @@ class Memstream:
             watch=self.sessions_position,
             linger=PROJECTOR_LINGER,
         )
-        self.sessions_position.local = True
         self.projector.start()
 
     def watch_ownership(self, run_workers: bool, interval: float = 0.5) -> None:

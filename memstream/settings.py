@@ -65,8 +65,3 @@ class Settings:
     def database_path(self) -> Path:
         """The SQLite read-model database in the data dir."""
         return self.data_dir / "memstream.db"
-
-    @property
-    def embedded(self) -> bool:
-        """True when memstream runs its own nats-server in the data dir."""
-        return self.nats_url is None

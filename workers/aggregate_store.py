@@ -136,10 +136,6 @@ class AggregateStore(Generic[A]):
             await self._fast_forward(subject, cached)
             return cached.aggregate
 
-    def evict(self, subject: str) -> None:
-        """Forget a cached aggregate."""
-        self._cache.pop(subject, None)
-
     async def _load(self, subject: str, key: str) -> _Cached[A]:
         cached = self._cache.get(subject)
         if cached is None:

@@ -64,10 +64,13 @@ def encode_event(
 
 
 def stored_headers(stored: StoredEvent, meta: CommandMeta, msg_id: str) -> dict[str, str]:
-    """Headers for a stored event (shared by the domain path and the eventsourcing adapter)."""
+    """Headers for a stored event (shared by the domain path and the eventsourcing adapter).
+
+    No class-version header here: a recorder stores events of classes it need not know (the
+    version travels in the payload state); :func:`encode_event` adds it for our own events.
+    """
     return {
         H_TOPIC: stored.topic,
-        H_CLASS_VERSION: "1",
         H_ORIGINATOR_ID: str(stored.originator_id),
         H_ORIGINATOR_VERSION: str(stored.originator_version),
         H_COMMAND_ID: meta.command_id,

@@ -77,7 +77,11 @@ class NatsServerProcess:
 
     @classmethod
     def start(
-        cls, store_dir: Path, port: int | None = None, log_path: Path | None = None
+        cls,
+        store_dir: Path,
+        port: int | None = None,
+        log_path: Path | None = None,
+        max_payload: int = MAX_PAYLOAD,
     ) -> NatsServerProcess:
         """Start ``nats-server -js`` on 127.0.0.1 and wait until it is ready."""
         store_dir.mkdir(parents=True, exist_ok=True)
@@ -86,7 +90,7 @@ class NatsServerProcess:
         config_path = store_dir.parent / "nats-server.conf"
         config_path.write_text(
             "# written by memstream: messages up to 1 MiB of JSON travel inside an event\n"
-            f"max_payload: {MAX_PAYLOAD}\n"
+            f"max_payload: {max_payload}\n"
         )
         command = [
             nats_server_binary(),

@@ -23,7 +23,6 @@ class PositionWatch:
         self._changed = asyncio.Event()
         self._waiters = 0
         self.demand = asyncio.Event()  # set while someone waits for a position
-        self.local = False  # True while a projector in this process reports commits
 
     @property
     def position(self) -> int:

@@ -22,11 +22,6 @@ _QUERIES: dict[str, tuple[str, ...]] = {
 }
 
 
-def projection_names() -> tuple[str, ...]:
-    """Projections that have a checksum."""
-    return tuple(_QUERIES)
-
-
 def checksum(connection: sqlite3.Connection, projection: str) -> str:
     """SHA-256 over every row of ``projection``'s tables in a canonical order."""
     digest = hashlib.sha256()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,26 +11,19 @@ import pytest
 from memstream.client import open_memstream
 from memstream.domain.errors import InvalidInputError
 from memstream.settings import Settings
-from memstream.workers.embedded import free_port, nats_server_binary, port_open
+from memstream.workers.embedded import NatsServerProcess
+
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 
 @pytest.fixture
 def default_nats(tmp_path: Path) -> Iterator[str]:
-    """A nats-server with its default configuration (max_payload 1 MB)."""
-    port = free_port()
-    process = subprocess.Popen(
-        [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    """A nats-server with NATS's default max_payload (1 MB), as an external server may have."""
+    server = NatsServerProcess.start(tmp_path / "nats", max_payload=DEFAULT_MAX_PAYLOAD)
     try:
-        deadline = time.monotonic() + 15
-        while not port_open(port) and time.monotonic() < deadline:
-            time.sleep(0.01)  # the server's listener is not up yet
-        yield f"nats://127.0.0.1:{port}"
+        yield server.url
     finally:
-        process.terminate()
-        process.wait(10)
+        server.stop()
 
 
 async def test_an_event_over_the_servers_max_payload_is_an_input_error(
