@@ -15,7 +15,14 @@ from typing import Any, ClassVar, TypeVar
 from eventsourcing.domain import Aggregate
 
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError
-from memstream.domain.limits import BATCH_MAX_MESSAGES, check_message_id
+from memstream.domain.limits import (
+    BATCH_MAX_MESSAGES,
+    CONTEXT_LABEL_MAX_CHARS,
+    MESSAGE_ID_MAX_CHARS,
+    check_chars,
+    check_message_id,
+    require_str,
+)
 from memstream.domain.messages import encode_message, normalize_message
 
 _NAMESPACE = uuid.UUID("6f2a4a64-9f7e-4c38-a1c7-2c1f0e0f7a01")
@@ -93,6 +100,7 @@ class Session(Aggregate):
             aggregate.parents.clear()
             aggregate.child_counts.clear()
             aggregate.latest_leaf = None
+            aggregate.loaded_skills.clear()
 
     class CompactionAdded(Event):
         """A compaction overlay replaces ``from_message_id..to_message_id`` when reading."""
@@ -101,6 +109,33 @@ class Session(Aggregate):
         summary: str
         from_message_id: str
         to_message_id: str
+
+    class SystemPromptFrozen(Event):
+        """The session's system prompt was frozen (or, with ``refreshed``, re-rendered)."""
+
+        prompt: str
+        refreshed: bool
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.frozen_prompt = self.prompt
+
+    class SkillLoaded(Event):
+        """A skill (``key`` of skill block ``label``) was loaded into the conversation."""
+
+        label: str
+        key: str
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.loaded_skills[f"{self.label}:{self.key}"] = None
+
+    class SkillUnloaded(Event):
+        """A loaded skill was unloaded (its tool output in history was reclaimed)."""
+
+        label: str
+        key: str
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.loaded_skills.pop(f"{self.label}:{self.key}", None)
 
     # -- construction -------------------------------------------------------------------------
 
@@ -115,12 +150,16 @@ class Session(Aggregate):
         session.parents = {}
         session.child_counts = {}
         session.latest_leaf = None
+        session.frozen_prompt = None
+        session.loaded_skills = {}
         return session
 
     session_id: str
     parents: dict[str, str | None]
     child_counts: dict[str, int]
     latest_leaf: str | None
+    frozen_prompt: str | None
+    loaded_skills: dict[str, None]  # "label:key", in load order
 
     # -- decision state -----------------------------------------------------------------------
 
@@ -257,6 +296,34 @@ class Session(Aggregate):
             )
         ]
 
+    def freeze_system_prompt(self, prompt: object) -> list[Event]:
+        """Decide a freeze: the first frozen prompt wins (a later freeze decides nothing)."""
+        text = require_str("prompt", prompt)
+        if self.frozen_prompt is not None:
+            return []
+        return [self._decide(self.SystemPromptFrozen, prompt=text, refreshed=False)]
+
+    def refresh_system_prompt(self, prompt: object) -> list[Event]:
+        """Decide a refresh: the new rendering replaces the frozen prompt (same text: no-op)."""
+        text = require_str("prompt", prompt)
+        if self.frozen_prompt == text:
+            return []
+        return [self._decide(self.SystemPromptFrozen, prompt=text, refreshed=True)]
+
+    def load_skill(self, label: object, key: object) -> list[Event]:
+        """Decide that a skill was loaded (already loaded: no-op)."""
+        label_, key_ = _skill_ref(label, key)
+        if f"{label_}:{key_}" in self.loaded_skills:
+            return []
+        return [self._decide(self.SkillLoaded, label=label_, key=key_)]
+
+    def unload_skill(self, label: object, key: object) -> list[Event]:
+        """Decide that a loaded skill was unloaded (not loaded: no-op)."""
+        label_, key_ = _skill_ref(label, key)
+        if f"{label_}:{key_}" not in self.loaded_skills:
+            return []
+        return [self._decide(self.SkillUnloaded, label=label_, key=key_)]
+
     # -- applying ------------------------------------------------------------------------------
 
     def apply_events(self, events: Iterable[Aggregate.Event]) -> None:
@@ -315,6 +382,13 @@ class Session(Aggregate):
             **kwargs,
         )
         return event
+
+
+def _skill_ref(label: object, key: object) -> tuple[str, str]:
+    return (
+        check_chars("label", label, minimum=1, maximum=CONTEXT_LABEL_MAX_CHARS),
+        check_chars("key", key, minimum=1, maximum=MESSAGE_ID_MAX_CHARS),
+    )
 
 
 __all__ = ["OMITTED", "Session", "session_aggregate_id"]

@@ -1,5 +1,6 @@
 """memstream: an event-sourced memory platform for AI agents (sessions and agent memory)."""
 
+from memstream.ai_tools import Tool, ToolSet
 from memstream.client import Memstream, connect
 from memstream.domain.errors import (
     ConcurrencyError,
@@ -10,12 +11,16 @@ from memstream.domain.errors import (
     ProjectionLagError,
     UnavailableError,
 )
+from memstream.domain.system_prompt import ContextBlock
 from memstream.projections.recent_history import RecentHistory
+from memstream.providers import DirectorySkillProvider, SearchBlock, StaticContext
 from memstream.session import Session
 from memstream.settings import Settings
 
 __all__ = [
     "ConcurrencyError",
+    "ContextBlock",
+    "DirectorySkillProvider",
     "InvalidInputError",
     "Memstream",
     "MemstreamError",
@@ -23,8 +28,12 @@ __all__ = [
     "NotFoundError",
     "ProjectionLagError",
     "RecentHistory",
+    "SearchBlock",
     "Session",
     "Settings",
+    "StaticContext",
+    "Tool",
+    "ToolSet",
     "UnavailableError",
     "connect",
 ]

@@ -7,15 +7,18 @@ import contextlib
 import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from eventsourcing.domain import Aggregate
 from nats.aio.client import Client
 
+from memstream.domain.context import ContextDocument, SearchIndex
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import check_namespace, check_session_id
 from memstream.domain.session import Session as SessionAggregate
+from memstream.projections.sqlite.context_queries import SqliteContextQueries
 from memstream.projections.sqlite.database import open_database, tracked_seq
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 from memstream.session import Session
@@ -24,11 +27,12 @@ from memstream.workers.aggregate_store import AggregateStore
 from memstream.workers.codec import CommandMeta
 from memstream.workers.embedded import EmbeddedRuntime
 from memstream.workers.event_log import EventLog, connect_nats
-from memstream.workers.position import PositionWatch
+from memstream.workers.position import Demand, PositionWatch
 from memstream.workers.projector import ProjectorWorker
 from memstream.workers.subjects import subject_for
 
 logger = logging.getLogger(__name__)
+A = TypeVar("A", bound=Aggregate)
 
 # How long the in-process projector gathers a burst of writes before committing it, unless a
 # reader is waiting (see ProjectorWorker._linger).
@@ -53,10 +57,18 @@ class Memstream:
         self.runtime = runtime
         self.database = connection
         self.session_queries = SqliteSessionQueries(connection)
+        self.context_queries = SqliteContextQueries(connection)
         self.sessions = AggregateStore(log, self._empty_session)
-        self.sessions_position = PositionWatch(
-            "sessions", lambda: tracked_seq(connection, "sessions")
+        self.blocks = AggregateStore(log, lambda key: ContextDocument.empty(self.namespace, key))
+        self.search_indexes = AggregateStore(
+            log, lambda key: SearchIndex.empty(self.namespace, key)
         )
+        self.demand = Demand()
+        self.positions = {
+            name: PositionWatch(name, partial(tracked_seq, connection, name), self.demand)
+            for name in ("sessions", "context")
+        }
+        self.sessions_position = self.positions["sessions"]
         self.last_write_seq = 0
         self.projector: ProjectorWorker | None = None
         self._watchdog: asyncio.Task[None] | None = None
@@ -94,11 +106,38 @@ class Memstream:
         self.last_write_seq = max(self.last_write_seq, result.seq)
         return result.seq
 
+    async def command(
+        self,
+        store: AggregateStore[A],
+        kind: str,
+        key: str,
+        decide: Callable[[A], Sequence[Aggregate.Event]],
+        meta: CommandMeta | None = None,
+    ) -> int:
+        """Run a command on the aggregate ``kind``/``key``; returns its log sequence."""
+        subject = subject_for(self.log.subject_prefix, self.namespace, kind, key)
+        result = await store.execute(subject, key, decide, meta)
+        self.last_write_seq = max(self.last_write_seq, result.seq)
+        return result.seq
+
     async def wait_for_sessions(self, seq: int | None = None) -> None:
         """Read-your-writes: wait until the sessions read model has this client's last write."""
-        await self.sessions_position.wait_for(
+        await self.wait_for("sessions", seq)
+
+    async def wait_for(self, projection: str, seq: int | None = None) -> None:
+        """Read-your-writes: wait until ``projection`` has this client's last write (or ``seq``).
+
+        Raises:
+            ProjectionLagError: not reached within the read timeout.
+        """
+        await self.positions[projection].wait_for(
             self.last_write_seq if seq is None else seq, self.settings.read_timeout
         )
+
+    def _advance(self, seq: int) -> None:
+        # The projector reports the lowest position over its projections.
+        for watch in self.positions.values():
+            watch.advance(seq)
 
     def start_workers(self) -> None:
         """Run the projector in this process."""
@@ -107,8 +146,8 @@ class Memstream:
         self.projector = ProjectorWorker(
             self.log,
             open_database(self.settings.database_path),
-            on_commit=self.sessions_position.advance,
-            watch=self.sessions_position,
+            on_commit=self._advance,
+            demand=self.demand,
             linger=PROJECTOR_LINGER,
         )
         self.projector.start()

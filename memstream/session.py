@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from memstream.domain.errors import InvalidInputError
+from memstream.ai_tools import ToolSet, context_tools
+from memstream.context_blocks import BlockConfig, ContextBlocks, PromptStore, ProviderPromptStore
+from memstream.domain.context import check_label, storage_key
+from memstream.domain.errors import InvalidInputError, MemstreamError
 from memstream.domain.limits import (
     SEARCH_LIMIT_MAX,
     SEARCH_QUERY_MAX_BYTES,
@@ -19,7 +23,10 @@ from memstream.domain.limits import (
 from memstream.domain.messages import Message
 from memstream.domain.session import OMITTED
 from memstream.domain.session import Session as SessionAggregate
+from memstream.domain.system_prompt import ContextBlock
 from memstream.projections.recent_history import RecentHistory
+from memstream.providers import LogBacked, StoredBlock
+from memstream.session_context import SessionPromptStore, SessionSkillLog, reclaimed
 from memstream.workers.codec import decode_event
 
 if TYPE_CHECKING:
@@ -36,17 +43,68 @@ class Session:
     def __init__(self, ms: Memstream, session_id: str = "") -> None:
         self._ms = ms
         self._session_id = check_session_id(session_id)
+        self._configs: list[BlockConfig] = []
+        self._cached_prompt = False
+        self._prompt_provider: Any = None
+        self._context: ContextBlocks | None = None
+        self._context_lock = asyncio.Lock()
 
     # -- builder ------------------------------------------------------------------------------
 
+    def _before_use(self, method: str) -> None:
+        if self._context is not None:
+            raise InvalidInputError(
+                f"{method}() must be called before the session's context is first used"
+            )
+
     def for_session(self, session_id: str) -> Session:
-        """Select the session id (storage isolation); returns ``self``."""
+        """Select the session id (storage isolation and block keys); returns ``self``."""
+        self._before_use("for_session")
         self._session_id = check_session_id(session_id)
+        return self
+
+    def with_context(
+        self,
+        label: str,
+        *,
+        description: str | None = None,
+        max_tokens: int | None = None,
+        provider: Any = None,
+    ) -> Session:
+        """Configure a context block; returns ``self``.
+
+        Without ``provider`` the block is the built-in writable block, stored on the log under
+        ``label`` (or ``label_<session id>`` once a session id is set). Nothing is read until
+        the session is first used.
+
+        Raises:
+            InvalidInputError: bad label (1–64 chars), description or ``max_tokens``, or a
+                label configured twice.
+        """
+        self._before_use("with_context")
+        config = _block_config(label, description, max_tokens, provider)
+        if any(c.label == config.label for c in self._configs):
+            raise InvalidInputError(f'Block "{config.label}" already exists')
+        self._configs.append(config)
+        return self
+
+    def with_cached_prompt(self, provider: Any = None) -> Session:
+        """Persist the frozen system prompt (on the log, or in ``provider``); returns ``self``.
+
+        A new process with the same session id then gets the same frozen prompt.
+        """
+        self._before_use("with_cached_prompt")
+        self._cached_prompt = True
+        self._prompt_provider = provider
         return self
 
     @property
     def session_id(self) -> str:
         return self._session_id
+
+    @property
+    def memstream(self) -> Memstream:
+        return self._ms
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -83,8 +141,14 @@ class Session:
         return await self._command(lambda s: s.delete_messages(id_list))
 
     async def clear_messages(self) -> int:
-        """Remove every message and compaction overlay of this session."""
-        return await self._command(SessionAggregate.clear_messages)
+        """Remove every message, overlay and loaded skill of this session, then refresh the
+        system prompt (when the session has context blocks or a cached prompt)."""
+        seq = await self._command(SessionAggregate.clear_messages)
+        if self._configs or self._cached_prompt:
+            context = await self._context_blocks()
+            context.clear_skill_state()
+            await context.refresh()
+        return seq
 
     async def add_compaction(self, summary: str, from_id: str, to_id: str) -> dict[str, Any]:
         """Store an overlay that reads ``from_id..to_id`` as one summary message."""
@@ -99,6 +163,122 @@ class Session:
         # Find ours by id: other writers may have added overlays since.
         compaction_id = decided[-1].compaction_id
         return next(c for c in await self.get_compactions() if c["id"] == compaction_id)
+
+    # -- context blocks, system prompt, skills, tools (§6, §7, §9) ------------------------------
+
+    def _resolve(self, config: BlockConfig) -> BlockConfig:
+        provider = config.provider
+        if provider is None:
+            key = storage_key(config.label, self._session_id)
+            provider = StoredBlock(key, config.label, self._session_id or None)
+            provider.max_tokens = config.max_tokens
+        if isinstance(provider, LogBacked):
+            provider.attach(self._ms)
+        return BlockConfig(config.label, config.description, config.max_tokens, provider)
+
+    async def _context_blocks(self) -> ContextBlocks:
+        """The context blocks, set up on first use (skills restored from the log)."""
+        if self._context is None:
+            async with self._context_lock:
+                if self._context is None:
+                    store: PromptStore | None = None
+                    if self._prompt_provider is not None:
+                        store = ProviderPromptStore(self._resolve_any(self._prompt_provider))
+                    elif self._cached_prompt:
+                        store = SessionPromptStore(self)
+                    context = ContextBlocks(
+                        [self._resolve(c) for c in self._configs],
+                        prompt_store=store,
+                        skills=SessionSkillLog(self),
+                        on_skill_unload=self._reclaim_skill_output,
+                    )
+                    await context.restore_skills()
+                    self._context = context
+        return self._context
+
+    def _resolve_any(self, provider: Any) -> Any:
+        if isinstance(provider, LogBacked):
+            provider.attach(self._ms)
+        return provider
+
+    async def _loaded_context(self) -> ContextBlocks:
+        context = await self._context_blocks()
+        await context.ensure_loaded()
+        return context
+
+    async def _reclaim_skill_output(self, label: str, key: str) -> None:
+        rewritten = reclaimed(await self.get_history(), label, key)
+        if rewritten is not None:
+            await self.update_message(rewritten)
+
+    def get_context_block(self, label: str) -> ContextBlock | None:
+        """A loaded block, or ``None`` (blocks load on the first freeze, write or ``tools()``)."""
+        return None if self._context is None else self._context.get_block(label)
+
+    def get_context_blocks(self) -> list[ContextBlock]:
+        """The loaded blocks in configuration order (``[]`` before they load)."""
+        return [] if self._context is None else self._context.get_blocks()
+
+    async def replace_context_block(self, label: str, content: str) -> ContextBlock:
+        """Replace a writable block's content; the frozen prompt is not touched.
+
+        Raises:
+            NotFoundError: no block ``label``.
+            InvalidInputError: the block is readonly or keyed, the content is not a string, or
+                it exceeds the block's ``max_tokens`` (``Block "x" exceeds maxTokens: 65 > 10``).
+        """
+        return await (await self._context_blocks()).set_block(label, content)
+
+    async def append_context_block(self, label: str, content: str) -> ContextBlock:
+        """Append to a writable block (a newline between); ``max_tokens`` bounds the result."""
+        return await (await self._context_blocks()).append_to_block(label, content)
+
+    async def add_context(
+        self,
+        label: str,
+        *,
+        description: str | None = None,
+        max_tokens: int | None = None,
+        provider: Any = None,
+    ) -> ContextBlock:
+        """Add a block after the configured ones (call :meth:`refresh_system_prompt` to show it).
+
+        Raises:
+            InvalidInputError: the label exists already, or bad arguments.
+        """
+        config = self._resolve(_block_config(label, description, max_tokens, provider))
+        block = await (await self._context_blocks()).add(config)
+        self._configs.append(config)
+        return block
+
+    def remove_context(self, label: str) -> bool:
+        """Drop a block; ``False`` if there was none. The frozen prompt is not touched."""
+        self._configs = [c for c in self._configs if c.label != label]
+        return False if self._context is None else self._context.remove(label)
+
+    async def freeze_system_prompt(self) -> str:
+        """The system prompt, rendered once and then frozen (persisted with a cached prompt)."""
+        return await (await self._context_blocks()).freeze()
+
+    async def refresh_system_prompt(self) -> str:
+        """Reload every block, re-render, and replace the frozen prompt."""
+        return await (await self._context_blocks()).refresh()
+
+    def get_loaded_skill_keys(self) -> set[str]:
+        """``"label:key"`` of the loaded skills."""
+        return set() if self._context is None else set(self._context.loaded_skills)
+
+    async def tools(self) -> ToolSet:
+        """The AI tools of the current blocks (``{}`` without writable/skill/search blocks)."""
+        return context_tools(await self._loaded_context())
+
+    async def execute_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> str:
+        """Run one AI tool; failures come back as ``Error: …`` strings, never exceptions."""
+        try:
+            tools = await self.tools()
+        except MemstreamError as error:
+            return f"Error: {error}"
+        return await tools.execute(name, arguments)
 
     # -- events --------------------------------------------------------------------------------
 
@@ -200,6 +380,22 @@ class Session:
         queries = await self._queries()
         hits = queries.search(self._ms.namespace, self._session_id, query, limit)
         return [{k: h[k] for k in ("id", "role", "content", "created_at")} for h in hits]
+
+
+def _block_config(
+    label: object, description: object, max_tokens: object, provider: object
+) -> BlockConfig:
+    """Validate a block's configuration (label 1–64 chars, ``max_tokens`` an integer ≥ 0)."""
+    checked = check_label(label)
+    if description is not None:
+        require_str("description", description)
+    if max_tokens is not None:
+        check_int("max_tokens", max_tokens, minimum=0, maximum=2**31)
+    if provider is not None and not callable(getattr(provider, "get", None)):
+        raise InvalidInputError(
+            f'the provider of block "{checked}" has no get() method ({type(provider).__name__})'
+        )
+    return BlockConfig(checked, description, max_tokens, provider)  # type: ignore[arg-type]
 
 
 def _optional_id(name: str, value: object) -> str | None:

@@ -12,26 +12,40 @@ POLL_MIN = 0.0005
 POLL_MAX = 0.01
 
 
+class Demand:
+    """Whether any reader in this process is waiting for a projection (shared by the watches
+    of one projector, so that a waiting reader cuts the projector's lingering short)."""
+
+    def __init__(self) -> None:
+        self.waiters = 0
+        self.event = asyncio.Event()  # set while someone waits
+
+    def enter(self) -> None:
+        self.waiters += 1
+        self.event.set()
+
+    def leave(self) -> None:
+        self.waiters -= 1
+        if not self.waiters:
+            self.event.clear()
+
+
 class PositionWatch:
     """Tracks how far a projection got; waiters are woken by the in-process projector's commits
     or, when the projector runs elsewhere, by polling its tracking row."""
 
-    def __init__(self, projection: str, read_position: Callable[[], int]) -> None:
+    def __init__(
+        self, projection: str, read_position: Callable[[], int], demand: Demand | None = None
+    ) -> None:
         self.projection = projection
         self._read_position = read_position
         self._position = 0
         self._changed = asyncio.Event()
-        self._waiters = 0
-        self.demand = asyncio.Event()  # set while someone waits for a position
+        self.demand = demand or Demand()
 
     @property
     def position(self) -> int:
         return self._position
-
-    @property
-    def waiting(self) -> bool:
-        """True while a reader in this process waits for the projection to advance."""
-        return self._waiters > 0
 
     def advance(self, seq: int) -> None:
         """Called by the projector after a commit."""
@@ -51,14 +65,11 @@ class PositionWatch:
         self.advance(self._read_position())
         if seq <= self._position:
             return
-        self._waiters += 1
-        self.demand.set()
+        self.demand.enter()
         try:
             await self._wait(seq, timeout)
         finally:
-            self._waiters -= 1
-            if not self._waiters:
-                self.demand.clear()
+            self.demand.leave()
 
     async def _wait(self, seq: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout

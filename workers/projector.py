@@ -21,7 +21,9 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import api
 
+from memstream.projections.context_writes import project_context_event
 from memstream.projections.session_writes import project_session_event
+from memstream.projections.sqlite.context_writer import apply_context_writes
 from memstream.projections.sqlite.database import (
     record_dead_letter,
     set_tracked_seq,
@@ -30,7 +32,7 @@ from memstream.projections.sqlite.database import (
 from memstream.projections.sqlite.session_writer import apply_session_writes
 from memstream.workers.codec import H_TOPIC, decode_event
 from memstream.workers.event_log import EventLog, LogEntry
-from memstream.workers.position import PositionWatch
+from memstream.workers.position import Demand
 from memstream.workers.subjects import parse_subject
 
 logger = logging.getLogger(__name__)
@@ -57,9 +59,19 @@ class SessionProjection:
         apply_session_writes(connection, project_session_event(namespace, seq, event))
 
 
+class ContextProjection:
+    """Built-in context blocks, cached prompts, loaded skills, search entries and their FTS."""
+
+    name = "context"
+
+    def apply(self, connection: sqlite3.Connection, subject: str, seq: int, event: object) -> None:
+        namespace = parse_subject(subject).namespace
+        apply_context_writes(connection, project_context_event(namespace, seq, event))
+
+
 def default_projections() -> list[Projection]:
     """The projections the ``projector`` worker maintains."""
-    return [SessionProjection()]
+    return [SessionProjection(), ContextProjection()]
 
 
 class _Rewound(Exception):
@@ -175,7 +187,7 @@ class ProjectorWorker:
         durable: str = "projector",
         batch_size: int = 500,
         on_commit: Callable[[int], None] | None = None,
-        watch: PositionWatch | None = None,
+        demand: Demand | None = None,
         linger: float = 0.0,
     ) -> None:
         self.log = log
@@ -184,7 +196,7 @@ class ProjectorWorker:
         self.durable = durable
         self.batch_size = batch_size
         self.on_commit = on_commit
-        self.watch = watch
+        self.demand = demand
         self.linger = linger
         self.stats = ProjectorStats()
         self._stopping = asyncio.Event()
@@ -287,11 +299,11 @@ class ProjectorWorker:
         into one batch. A reader waiting in this process cuts the lingering short, so
         read-your-writes latency does not pay for it.
         """
-        watch = self.watch
-        if watch is None or watch.waiting:
+        demand = self.demand
+        if demand is None or demand.waiters:
             return []
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(watch.demand.wait(), self.linger)
+            await asyncio.wait_for(demand.event.wait(), self.linger)
         try:
             more: list[Msg] = await fetch(room, timeout=0.001)
         except (TimeoutError, nats.errors.TimeoutError):

@@ -19,6 +19,18 @@ _QUERIES: dict[str, tuple[str, ...]] = {
         "c.position, c.created_at FROM compactions AS c JOIN session_keys AS k ON k.sid = c.sid "
         "ORDER BY k.namespace, k.session_id, c.position",
     ),
+    "context": (
+        "SELECT namespace, key, label, session_id, content, seq, updated_at FROM context_blocks "
+        "ORDER BY namespace, key",
+        "SELECT namespace, session_id, prompt, seq, frozen_at FROM cached_prompts "
+        "ORDER BY namespace, session_id",
+        "SELECT namespace, session_id, label, key, seq FROM loaded_skills "
+        "ORDER BY namespace, session_id, label, key",
+        "SELECT b.namespace, b.key, e.key, e.content, e.seq, e.created_at, e.updated_at, f.text "
+        "FROM search_entries AS e JOIN search_blocks AS b ON b.bid = e.bid "
+        "LEFT JOIN search_entries_fts AS f ON f.rowid = e.eid ORDER BY b.namespace, b.key, e.key",
+        "SELECT count(*) FROM search_entries_fts",
+    ),
 }
 
 

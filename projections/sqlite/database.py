@@ -7,7 +7,7 @@ from pathlib import Path
 
 from memstream.domain.errors import UnavailableError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -74,11 +74,68 @@ _MIGRATIONS: dict[int, str] = {
     DROP TABLE messages_fts;
     ALTER TABLE messages_fts_v2 RENAME TO messages_fts;
     """,
+    # Context read models: built-in block documents, cached prompts, loaded skills, and the
+    # entries of search blocks with their own FTS5 index (scope = the block's integer key).
+    3: """
+    CREATE TABLE context_blocks (
+        namespace TEXT NOT NULL,
+        key TEXT NOT NULL,
+        label TEXT NOT NULL,
+        session_id TEXT,
+        content TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (namespace, key)
+    );
+    CREATE TABLE cached_prompts (
+        namespace TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        prompt TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        frozen_at TEXT NOT NULL,
+        PRIMARY KEY (namespace, session_id)
+    );
+    CREATE TABLE loaded_skills (
+        namespace TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        label TEXT NOT NULL,
+        key TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        PRIMARY KEY (namespace, session_id, label, key)
+    );
+    CREATE TABLE search_blocks (
+        bid INTEGER PRIMARY KEY,
+        namespace TEXT NOT NULL,
+        key TEXT NOT NULL,
+        UNIQUE (namespace, key)
+    );
+    CREATE TABLE search_entries (
+        eid INTEGER PRIMARY KEY,
+        bid INTEGER NOT NULL,
+        key TEXT NOT NULL,
+        content TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        UNIQUE (bid, key)
+    );
+    CREATE VIRTUAL TABLE search_entries_fts USING fts5(
+        text, scope, tokenize = 'porter unicode61'
+    );
+    """,
 }
 
 # Tables each projection owns: dropped and rebuilt together by ``projections rebuild``.
 PROJECTION_TABLES: dict[str, tuple[str, ...]] = {
     "sessions": ("session_keys", "messages", "messages_fts", "compactions"),
+    "context": (
+        "context_blocks",
+        "cached_prompts",
+        "loaded_skills",
+        "search_blocks",
+        "search_entries",
+        "search_entries_fts",
+    ),
 }
 
 

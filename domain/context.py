@@ -1,0 +1,204 @@
+"""Context aggregates: writable block documents and search indexes, with the reference's rules.
+
+A writable context block (the built-in provider used when a block is given none) is one
+:class:`ContextDocument` per storage key (``label`` or ``label_<session id>``, §2.2). A search
+block's entries live in one :class:`SearchIndex` per block key. Both decide on their own state, so
+an append or an upsert is never computed from a stale read model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import Any, Final, TypeVar
+
+from eventsourcing.domain import Aggregate
+
+from memstream.domain.errors import InvalidInputError
+from memstream.domain.limits import (
+    CONTEXT_LABEL_MAX_CHARS,
+    MESSAGE_MAX_BYTES,
+    check_bytes,
+    check_chars,
+)
+from memstream.domain.tokens import estimate_string_tokens
+
+_NAMESPACE = uuid.UUID("0b5e0c3c-7d55-4a4f-9d0e-5f2b5c1f3e11")
+# Storage keys are ``label`` or ``label_<session id>``: 64 + 1 + 256 characters.
+CONTEXT_KEY_MAX_CHARS: Final = 321
+ENTRY_KEY_MAX_CHARS: Final = 256
+# Content travels in one event; the same bound as a message keeps it under the payload limit.
+CONTENT_MAX_BYTES: Final = MESSAGE_MAX_BYTES
+_A = TypeVar("_A", bound=Aggregate)
+
+
+def check_label(value: object) -> str:
+    """A context block label: 1–64 characters."""
+    return check_chars("label", value, minimum=1, maximum=CONTEXT_LABEL_MAX_CHARS)
+
+
+def check_key(value: object, name: str = "key") -> str:
+    """A storage key of a block or a search index: 1–321 characters."""
+    return check_chars(name, value, minimum=1, maximum=CONTEXT_KEY_MAX_CHARS)
+
+
+def check_content(value: object, name: str = "content") -> str:
+    """Block or entry content: a string of at most 1 MiB UTF-8."""
+    return check_bytes(name, value, minimum=0, maximum=CONTENT_MAX_BYTES)
+
+
+def storage_key(label: str, session_id: str | None) -> str:
+    """The key a session's built-in block is stored under (§2.2): ``label`` or ``label_<id>``."""
+    return f"{label}_{session_id}" if session_id else label
+
+
+def prompt_store_key(session_id: str) -> str:
+    """The reference's key for a session's cached prompt (shown by the CLI)."""
+    return storage_key("_system_prompt", session_id)
+
+
+def joined_content(old: str, addition: str) -> str:
+    """Append semantics of §6.4: a newline between, unless ``old`` is empty or ``addition``
+    already starts with one."""
+    separator = "\n" if old and not addition.startswith("\n") else ""
+    return old + separator + addition
+
+
+def check_max_tokens(label: str, content: str, max_tokens: int | None) -> int:
+    """Return the token estimate of ``content``; refuse it above ``max_tokens`` (0 included).
+
+    Raises:
+        InvalidInputError: ``Block "<label>" exceeds maxTokens: <tokens> > <max>``.
+    """
+    tokens = estimate_string_tokens(content)
+    if max_tokens is not None and tokens > max_tokens:
+        raise InvalidInputError(f'Block "{label}" exceeds maxTokens: {tokens} > {max_tokens}')
+    return tokens
+
+
+def _aggregate_id(kind: str, namespace: str, key: str) -> uuid.UUID:
+    return uuid.uuid5(_NAMESPACE, f"{namespace}\x00{kind}\x00{key}")
+
+
+def _new(cls: type[_A], aggregate_id: uuid.UUID) -> _A:
+    aggregate = cls.__new__(cls)
+    aggregate.__base_init__(aggregate_id, 0, Aggregate.Event.create_timestamp())
+    return aggregate
+
+
+def _decide(aggregate: Aggregate, event_class: type[Any], **kwargs: Any) -> Any:
+    return event_class(
+        originator_id=aggregate.id,
+        originator_version=aggregate.version + 1,
+        timestamp=event_class.create_timestamp(),
+        **kwargs,
+    )
+
+
+class ContextDocument(Aggregate):
+    """The content of one built-in writable context block."""
+
+    class Event(Aggregate.Event):
+        key: str
+
+    class ContextBlockWritten(Event):
+        """The block's whole content was set (a replace, or an append already joined)."""
+
+        label: str
+        session_id: str | None
+        content: str
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.content = self.content
+
+    key: str
+    content: str | None
+
+    @classmethod
+    def empty(cls, namespace: str, key: str) -> ContextDocument:
+        """A document with no events yet (its content is ``None``: never written)."""
+        document = _new(cls, _aggregate_id("block", namespace, key))
+        document.key = key
+        document.content = None
+        return document
+
+    def replace(
+        self, label: str, session_id: str | None, content: object, max_tokens: int | None = None
+    ) -> list[Aggregate.Event]:
+        """Decide a replace; rewriting identical content is a no-op."""
+        text = check_content(content)
+        check_max_tokens(label, text, max_tokens)
+        if text == self.content:
+            return []
+        return [
+            _decide(
+                self,
+                self.ContextBlockWritten,
+                key=self.key,
+                label=label,
+                session_id=session_id,
+                content=text,
+            )
+        ]
+
+    def append(
+        self, label: str, session_id: str | None, content: object, max_tokens: int | None = None
+    ) -> list[Aggregate.Event]:
+        """Decide an append to the current content (``max_tokens`` applies to the result)."""
+        addition = check_content(content)
+        return self.replace(
+            label, session_id, joined_content(self.content or "", addition), max_tokens
+        )
+
+
+class SearchIndex(Aggregate):
+    """The entries of one event-sourced search block (their content lives in the events)."""
+
+    class Event(Aggregate.Event):
+        key: str
+
+    class SearchEntryIndexed(Event):
+        """An entry was added, or replaced when ``entry_key`` already existed."""
+
+        entry_key: str
+        content: str
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.digests[self.entry_key] = _digest(self.content)
+
+    key: str
+    digests: dict[str, str]
+
+    @classmethod
+    def empty(cls, namespace: str, key: str) -> SearchIndex:
+        index = _new(cls, _aggregate_id("search", namespace, key))
+        index.key = key
+        index.digests = {}
+        return index
+
+    def index(self, entry_key: object, content: object) -> list[Aggregate.Event]:
+        """Decide an upsert of one entry; the same content under the same key is a no-op."""
+        key = check_chars("entry key", entry_key, minimum=1, maximum=ENTRY_KEY_MAX_CHARS)
+        text = check_content(content)
+        if self.digests.get(key) == _digest(text):
+            return []
+        return [_decide(self, self.SearchEntryIndexed, key=self.key, entry_key=key, content=text)]
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+__all__ = [
+    "CONTENT_MAX_BYTES",
+    "CONTEXT_KEY_MAX_CHARS",
+    "ContextDocument",
+    "SearchIndex",
+    "check_content",
+    "check_key",
+    "check_label",
+    "check_max_tokens",
+    "joined_content",
+    "prompt_store_key",
+    "storage_key",
+]

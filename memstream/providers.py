@@ -1,0 +1,250 @@
+"""Context providers: duck-typed detection and the built-in ones.
+
+A provider is any object with ``get()`` (sync or async), optionally ``set``, ``load`` (a skill
+provider), ``search`` (a search provider) and ``init(label)``. Built-ins: :class:`StaticContext`
+(read-only text), :class:`StoredBlock` (the event-sourced writable block a session uses when a
+block is given no provider), :class:`SearchBlock` (event-sourced, searchable) and
+:class:`DirectorySkillProvider` (a folder of text/markdown files).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memstream.domain.context import check_content, check_key
+from memstream.domain.errors import InvalidInputError
+from memstream.domain.limits import SEARCH_QUERY_MAX_BYTES, check_bytes, require_str
+
+if TYPE_CHECKING:
+    from memstream.client import Memstream
+
+SEARCH_RESULTS = 10
+SKILL_SUFFIXES = (".md", ".markdown", ".txt")
+
+
+async def call(method: Any, *args: Any) -> Any:
+    """Call a provider method that may be sync or async."""
+    result = method(*args)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _has(provider: object, name: str) -> bool:
+    return callable(getattr(provider, name, None))
+
+
+def is_writable(provider: object) -> bool:
+    return _has(provider, "set")
+
+
+def is_skill(provider: object) -> bool:
+    return _has(provider, "load")
+
+
+def is_searchable(provider: object) -> bool:
+    return _has(provider, "search")
+
+
+class LogBacked:
+    """A built-in provider that stores through a memstream's log (bound by the session)."""
+
+    _ms: Memstream | None = None
+
+    def attach(self, ms: Memstream) -> None:
+        """Bind to the memstream of the session that uses this provider."""
+        self._ms = ms
+
+    @property
+    def ms(self) -> Memstream:
+        if self._ms is None:
+            raise InvalidInputError(
+                f"{type(self).__name__} is not attached to a session; pass it to with_context()"
+            )
+        return self._ms
+
+
+class StaticContext:
+    """A read-only block with fixed text."""
+
+    def __init__(self, text: str | None) -> None:
+        self.text = text if text is None else require_str("text", text)
+
+    def get(self) -> str | None:
+        return self.text
+
+
+class StoredBlock(LogBacked):
+    """The built-in writable block: its content is a document on the log, read from the
+    context read model. ``key`` is ``label`` or ``label_<session id>`` (§2.2)."""
+
+    def __init__(self, key: str, label: str, session_id: str | None) -> None:
+        self.key = check_key(key)
+        self.label = label
+        self.session_id = session_id
+        self.max_tokens: int | None = None
+
+    async def get(self) -> str | None:
+        ms = self.ms
+        await ms.wait_for("context")
+        return ms.context_queries.block_content(ms.namespace, self.key)
+
+    async def set(self, content: str) -> None:
+        await self.ms.command(
+            self.ms.blocks,
+            "block",
+            self.key,
+            lambda d: d.replace(self.label, self.session_id, content, self.max_tokens),
+        )
+
+    async def append(self, content: str) -> str:
+        """Append on the log's current content (not a possibly stale read); returns the result."""
+        result: list[str] = []
+
+        def decide(document: Any) -> Any:
+            events = document.append(self.label, self.session_id, content, self.max_tokens)
+            result[:] = [events[-1].content if events else document.content or ""]
+            return events
+
+        await self.ms.command(self.ms.blocks, "block", self.key, decide)
+        return result[0]
+
+
+class SearchBlock(LogBacked):
+    """An event-sourced searchable block: entries are events, searched through the full-text
+    read model with the one query syntax. Entries are stored under ``key`` (default: the
+    block's label), so the same knowledge base can back the blocks of many sessions."""
+
+    def __init__(self, key: str | None = None) -> None:
+        self.key = None if key is None else check_key(key)
+
+    def init(self, label: str) -> None:
+        if self.key is None:
+            self.key = label
+
+    def _key(self) -> str:
+        if self.key is None:
+            raise InvalidInputError("SearchBlock has no key: give one or add it as a block")
+        return self.key
+
+    async def get(self) -> str | None:
+        ms = self.ms
+        await ms.wait_for("context")
+        count = ms.context_queries.entry_count(ms.namespace, self._key())
+        return f"{count} entries indexed." if count else None
+
+    async def search(self, query: str) -> str | None:
+        text = check_bytes("query", query, minimum=0, maximum=SEARCH_QUERY_MAX_BYTES)
+        if not text.strip():
+            return None
+        ms = self.ms
+        await ms.wait_for("context")
+        hits = ms.context_queries.search_entries(ms.namespace, self._key(), text, SEARCH_RESULTS)
+        if not hits:
+            return None
+        return "\n\n".join(f"[{key}]\n{content}" for key, content in hits)
+
+    async def set(self, key: str, content: str) -> None:
+        await self.ms.command(
+            self.ms.search_indexes, "search", self._key(), lambda index: index.index(key, content)
+        )
+
+
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
+_DESCRIPTION = re.compile(r"^description[ \t]*:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+
+
+def _split_front_matter(text: str) -> tuple[str | None, str]:
+    """``(description from front matter or None, body)``."""
+    match = _FRONT_MATTER.match(text)
+    if match is None:
+        return None, text
+    found = _DESCRIPTION.search(match.group(1))
+    description = found.group(1).strip("'\"") if found else None
+    return description, text[match.end() :]
+
+
+def _first_line(body: str) -> str | None:
+    for line in body.splitlines():
+        stripped = line.strip().lstrip("#").strip()
+        if stripped:
+            return stripped
+    return None
+
+
+class DirectorySkillProvider:
+    """Skills from a folder of text/markdown files: key = relative path without extension,
+    description from ``description:`` front matter or else the first line. ``keys`` (non-empty)
+    is an allow-list for ``get`` and ``load``; ``set`` writes ``<key>.md`` regardless."""
+
+    def __init__(self, path: str | Path, keys: Iterable[str] | None = None) -> None:
+        self.root = Path(path)
+        self.keys = frozenset(keys or ())
+
+    def _allowed(self, key: str) -> bool:
+        return not self.keys or key in self.keys
+
+    def _files(self) -> dict[str, Path]:
+        if not self.root.is_dir():
+            return {}
+        found: dict[str, Path] = {}
+        for file in sorted(self.root.rglob("*")):
+            if file.is_file() and file.suffix.lower() in SKILL_SUFFIXES:
+                key = file.relative_to(self.root).with_suffix("").as_posix()
+                found.setdefault(key, file)
+        return found
+
+    def _path_of(self, key: str) -> Path:
+        """The file a key names, refusing anything outside the folder."""
+        check_key(key)
+        parts = key.split("/")
+        if key.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in key:
+            raise InvalidInputError(f"skill key {key!r} must be a relative path inside the folder")
+        return self.root.joinpath(*parts)
+
+    def _listing(self) -> str | None:
+        lines = []
+        for key, file in self._files().items():
+            if not self._allowed(key):
+                continue
+            description, body = _split_front_matter(file.read_text(encoding="utf-8"))
+            description = description or _first_line(body)
+            lines.append(f"- {key}: {description}" if description else f"- {key}")
+        return "\n".join(lines) or None
+
+    def _load(self, key: str) -> str | None:
+        if not isinstance(key, str) or not self._allowed(key):
+            return None
+        try:
+            base = self._path_of(key)
+        except InvalidInputError:
+            return None
+        for suffix in SKILL_SUFFIXES:
+            file = base.with_name(base.name + suffix)
+            if file.is_file():
+                return _split_front_matter(file.read_text(encoding="utf-8"))[1]
+        return None
+
+    def _set(self, key: str, content: str, description: str | None) -> None:
+        text = check_content(content)
+        file = self._path_of(key)
+        file = file.with_name(file.name + ".md")
+        file.parent.mkdir(parents=True, exist_ok=True)
+        if description:
+            one_line = " ".join(require_str("description", description).split())
+            text = f"---\ndescription: {one_line}\n---\n{text}"
+        file.write_text(text, encoding="utf-8")
+
+    async def get(self) -> str | None:
+        return await asyncio.to_thread(self._listing)
+
+    async def load(self, key: str) -> str | None:
+        return await asyncio.to_thread(self._load, key)
+
+    async def set(self, key: str, content: str, description: str | None = None) -> None:
+        await asyncio.to_thread(self._set, key, content, description)
