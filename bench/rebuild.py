@@ -16,7 +16,7 @@ from bench.payloads import MessageFactory
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 from memstream.workers.event_log import EventLog, connect_nats
-from memstream.workers.rebuild import rebuild, stream_last_seq
+from memstream.workers.rebuild import rebuild
 
 NAME = "rebuild"
 TITLE = "projector rebuild of 100,000 message events"
@@ -105,7 +105,7 @@ async def run() -> Row:
             start = time.perf_counter()
             await fill_log(log, MessageFactory(seed=3), sessions=SESSIONS, per_session=PER_SESSION)
             fill_seconds = time.perf_counter() - start
-            until = await stream_last_seq(log)
+            until = await log.stream_last_seq()
             assert until == total, f"log has {until} events, expected {total}"
 
             database = env.root / "ours.db"

@@ -9,7 +9,7 @@ import typer
 from typer.core import TyperGroup
 
 from memstream import MemstreamError
-from memstream.cli import events, platform, projections, sessions, status
+from memstream.cli import blocks, events, platform, projections, sessions, status
 from memstream.cli.context import GlobalOptions
 
 
@@ -72,6 +72,8 @@ app.command("worker")(platform.worker)
 app.command("status")(status.status)
 app.command("append")(sessions.append)
 app.add_typer(sessions.app, name="sessions")
+app.add_typer(blocks.app, name="context")
+app.add_typer(blocks.prompt_app, name="prompt")
 app.add_typer(events.app, name="events")
 app.add_typer(projections.app, name="projections")
 

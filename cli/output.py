@@ -93,6 +93,24 @@ def show_hits(query: str, hits: Sequence[dict[str, Any]]) -> None:
     stdout().print(table)
 
 
+def show_blocks(blocks: Sequence[dict[str, Any]]) -> None:
+    if not blocks:
+        stdout().print(Text("no context blocks"))
+        return
+    table = _table(f"{len(blocks)} context blocks", "key", "label", "session", "tokens", "updated")
+    for block in blocks:
+        table.add_row(
+            *_cells(
+                block["key"],
+                block["label"],
+                block["session_id"] or "",
+                block["tokens"],
+                block["updated_at"],
+            )
+        )
+    stdout().print(table)
+
+
 def show_projections(statuses: Sequence[ProjectionStatus]) -> None:
     table = _table("projections", "name", "tracked seq", "lag")
     for status in statuses:

@@ -15,7 +15,7 @@ from memstream.cli.output import (
     show_verify,
     verify_json,
 )
-from memstream.workers.rebuild import VerifyResult, rebuild, stream_last_seq, verify
+from memstream.workers.rebuild import VerifyResult, rebuild, verify
 from memstream.workers.status import ProjectionStatus, projection_statuses
 
 app = typer.Typer(no_args_is_help=True, help="Read models: positions, rebuilds, checksums.")
@@ -37,7 +37,7 @@ def list_projections(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
     async def main() -> list[ProjectionStatus]:
         async with connected(settings, workers=False) as ms:
-            return projection_statuses(ms.database, await stream_last_seq(ms.log))
+            return projection_statuses(ms.database, await ms.log.stream_last_seq())
 
     statuses = run(main())
     if as_json:

@@ -38,6 +38,7 @@ def history(
 
     async def main() -> list[dict[str, Any]]:
         async with connected(settings) as ms:
+            await ms.sync("sessions")
             return await ms.session(session).get_history(leaf)
 
     messages = run(main())
@@ -67,6 +68,7 @@ def search(
 
     async def main() -> list[dict[str, Any]]:
         async with connected(settings) as ms:
+            await ms.sync("sessions")
             if session is not None:
                 hits = await ms.session(session).search(query, limit)
                 return [{"session_id": session, **hit} for hit in hits]

@@ -134,6 +134,15 @@ class Memstream:
             self.last_write_seq if seq is None else seq, self.settings.read_timeout
         )
 
+    async def sync(self, projection: str) -> None:
+        """Wait until ``projection`` has every event committed before this call (not only this
+        client's): what a fresh process such as a CLI command needs before it reads.
+
+        Raises:
+            ProjectionLagError: not reached within the read timeout (no projector running?).
+        """
+        await self.wait_for(projection, max(self.last_write_seq, await self.log.stream_last_seq()))
+
     def _advance(self, seq: int) -> None:
         # The projector reports the lowest position over its projections.
         for watch in self.positions.values():

@@ -34,7 +34,6 @@ from memstream.workers.codec import (
     H_TOPIC,
 )
 from memstream.workers.event_log import EventLog
-from memstream.workers.rebuild import stream_last_seq
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +142,7 @@ async def read_events(
         InvalidInputError: the subject filter is not inside the stream's subjects.
         UnavailableError: NATS did not answer in time.
     """
-    last = await stream_last_seq(log)
+    last = await log.stream_last_seq()
     end = query.to_seq if follow else min(query.to_seq or last, last)
     start = query.from_seq or 1
     if end is not None and start > end:
@@ -204,7 +203,7 @@ async def last_events(log: EventLog, query: EventQuery, count: int) -> tuple[lis
     Reads backwards in growing windows, so a filter that matches rarely costs more reads but a
     plain tail reads only ``count`` events.
     """
-    last = await stream_last_seq(log)
+    last = await log.stream_last_seq()
     if count <= 0 or last == 0:
         return [], last
     window = count

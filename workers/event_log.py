@@ -324,6 +324,14 @@ class EventLog:
             await sub.unsubscribe()
         return _pub_ack(messages[0][0], reply)
 
+    async def stream_last_seq(self) -> int:
+        """The stream's last sequence (0 when empty)."""
+        try:
+            info = await self.js.stream_info(self.stream)
+        except _TRANSIENT as error:
+            raise UnavailableError(f"cannot read stream {self.stream}: {error!r}") from error
+        return int(info.state.last_seq or 0)
+
     async def last_seq(self, subject: str) -> int:
         """Stream sequence of the subject's last message, 0 if it has none."""
         try:

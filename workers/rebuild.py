@@ -34,12 +34,6 @@ class VerifyResult:
         return self.live == self.rebuilt
 
 
-async def stream_last_seq(log: EventLog) -> int:
-    """The stream's last sequence right now."""
-    info = await log.js.stream_info(log.stream)
-    return int(info.state.last_seq)
-
-
 async def catch_up(
     log: EventLog,
     connection: sqlite3.Connection,
@@ -111,7 +105,7 @@ async def rebuild(
         for projection in projections:
             drop_projection(connection, projection.name)
         return await catch_up(
-            log, connection, projections, until=await stream_last_seq(log), progress=progress
+            log, connection, projections, until=await log.stream_last_seq(), progress=progress
         )
     finally:
         connection.close()
@@ -135,7 +129,7 @@ async def verify(
     projections = _select(names)
     live = open_database(database)
     try:
-        target = as_of if as_of is not None else await stream_last_seq(log)
+        target = as_of if as_of is not None else await log.stream_last_seq()
         if as_of is None:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + wait_timeout

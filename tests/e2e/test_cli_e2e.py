@@ -147,8 +147,11 @@ def test_append_history_search_export_rebuild_verify_status(
     verified = json_of(env, "projections", "verify")
     assert verified
     assert all(v["ok"] and v["live"] == v["rebuilt"] for v in verified)
-    assert [v["projection"] for v in verified] == ["sessions"]
-    assert json_of(env, "projections", "list") == [{"name": "sessions", "tracked_seq": 3, "lag": 0}]
+    assert [v["projection"] for v in verified] == ["sessions", "context"]
+    assert json_of(env, "projections", "list") == [
+        {"name": "sessions", "tracked_seq": 3, "lag": 0},
+        {"name": "context", "tracked_seq": 3, "lag": 0},
+    ]
     past = json_of(env, "projections", "verify", "--as-of", "2")
     assert past[0]["seq"] == 2
     assert past[0]["comparable"] is False
@@ -160,8 +163,55 @@ def test_append_history_search_export_rebuild_verify_status(
     assert {"name": "projector", "durable": True}.items() <= next(
         c for c in status["consumers"] if c["name"] == "projector"
     ).items()
-    assert status["projections"] == [{"name": "sessions", "tracked_seq": 3, "lag": 0}]
+    assert status["projections"] == [
+        {"name": "sessions", "tracked_seq": 3, "lag": 0},
+        {"name": "context", "tracked_seq": 3, "lag": 0},
+    ]
     assert status["dead_letter_count"] == 0
+
+
+def test_context_set_list_show_and_prompt_show(
+    cli_env: dict[str, str], projector: subprocess.Popen[str]
+) -> None:
+    env = cli_env
+    # Given a block written and then appended to through the CLI
+    assert json_of(env, "context", "set", "memory", "User likes tea", "--session", "chat-1") == {
+        "label": "memory", "session_id": "chat-1", "tokens": 4}  # fmt: skip
+    memstream(env, "context", "set", "memory", "and coffee", "--session", "chat-1", "--append")
+    # Then the block is listed under its session-namespaced key, and shows the joined content
+    listed = json_of(env, "context", "list")
+    assert [(b["key"], b["label"], b["session_id"]) for b in listed] == [
+        ("memory_chat-1", "memory", "chat-1")
+    ]
+    assert json_of(env, "context", "list", "--session", "other") == []
+    shown = memstream(env, "context", "show", "memory", "--session", "chat-1").stdout
+    assert shown.rstrip("\n") == "User likes tea\nand coffee"
+    # And limits and unknown blocks are one-line user errors
+    over = memstream(env, "context", "set", "memory", "word " * 50, "--max-tokens", "10", expect=1)
+    assert over.stderr.strip() == 'error: Block "memory" exceeds maxTokens: 65 > 10'
+    missing = memstream(env, "context", "show", "nope", expect=1)
+    assert missing.stderr.startswith('error: no block "nope"')
+    assert len(missing.stderr.strip().splitlines()) == 1
+    memstream(env, "context", "set", "x" * 65, "text", expect=1)
+
+    # Given no frozen prompt, Then prompt show says so; after a session freezes one, it shows it
+    assert json_of(env, "prompt", "show", "chat-1") == {"session_id": "chat-1", "prompt": None}
+    script = (
+        "import asyncio, memstream\n"
+        "async def main():\n"
+        "    async with memstream.connect() as ms:\n"
+        "        s = ms.session('chat-1').with_context('memory').with_cached_prompt()\n"
+        "        print(await s.freeze_system_prompt(), end='')\n"
+        "asyncio.run(main())\n"
+    )
+    frozen = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
+        check=True,
+    ).stdout  # fmt: skip
+    assert "MEMORY [writable]" in frozen
+    assert frozen.endswith("User likes tea\nand coffee")
+    assert json_of(env, "prompt", "show", "chat-1")["prompt"] == frozen
+    assert memstream(env, "prompt", "show", "chat-1").stdout.rstrip("\n") == frozen
 
 
 def test_tail_follow_prints_new_events_until_sigterm(

@@ -24,7 +24,7 @@ from memstream.settings import Settings
 from memstream.workers.codec import CommandMeta, encode_event
 from memstream.workers.embedded import NatsServerProcess, free_port
 from memstream.workers.event_log import OutgoingMessage
-from memstream.workers.rebuild import stream_last_seq, verify
+from memstream.workers.rebuild import verify
 
 PROJECTOR_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "projector_process.py"
 TOTAL_MESSAGES = 20_000
@@ -90,7 +90,7 @@ async def test_projector_killed_mid_projection_resumes_without_loss_or_duplicate
         session = writer.session("big")
         for start in range(0, TOTAL_MESSAGES, BATCH):
             await session.append_messages([_message(i) for i in range(start, start + BATCH)])
-        last = await stream_last_seq(writer.log)
+        last = await writer.log.stream_last_seq()
         assert last == TOTAL_MESSAGES // BATCH
 
         # When a projector runs in its own process (committing one event per batch) ...
@@ -263,4 +263,4 @@ async def test_poison_events_are_dead_lettered_and_the_projector_keeps_going(
     # And a rebuild from the log gets past the same poison events to the same read model
     (result,) = await verify(ms.log, settings.data_dir / "memstream.db")
     assert result.ok
-    assert result.seq == await stream_last_seq(ms.log)
+    assert result.seq == await ms.log.stream_last_seq()

@@ -27,7 +27,7 @@ from memstream.workers.projector import (
     apply_batch,
     default_projections,
 )
-from memstream.workers.rebuild import stream_last_seq, verify
+from memstream.workers.rebuild import verify
 
 
 def _message(message_id: str, text: str = "hello") -> dict[str, object]:
@@ -41,7 +41,7 @@ async def _subject_count(log: EventLog, subject: str) -> int:
 
 async def _read_all(log: EventLog) -> list[LogEntry]:
     entries: list[LogEntry] = []
-    last = await stream_last_seq(log)
+    last = await log.stream_last_seq()
     psub = await log.js.pull_subscribe(f"{log.subject_prefix}.>", durable=None, stream=log.stream)
     try:
         while len(entries) < last:
