@@ -80,7 +80,8 @@ class _Rewound(Exception):
 
 @dataclass
 class ProjectorStats:
-    """Counters for status output and tests."""
+    """Counters for status output and tests: events applied (by at least one projection) and
+    skipped (already applied by all), and dead letters recorded (one per projection)."""
 
     applied: int = 0
     skipped: int = 0
@@ -118,6 +119,7 @@ def apply_batch(
                     _dead_letter(connection, projection.name, entry, error, 1, done)
                     positions[projection.name] = entry.seq
                 continue
+            applied = False
             for projection in pending:
                 # Only an event that failed before gets a savepoint (so that its last attempt
                 # can be rolled back alone and dead-lettered): a savepoint per event would make
@@ -140,8 +142,9 @@ def apply_batch(
                 else:
                     if isolated:
                         connection.execute("RELEASE event")
-                    done.applied += 1
+                    applied = True
                 positions[projection.name] = entry.seq
+            done.applied += applied
         for name, seq in positions.items():
             set_tracked_seq(connection, name, seq)
         connection.execute("COMMIT")

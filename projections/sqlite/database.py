@@ -214,7 +214,7 @@ def dead_letters(connection: sqlite3.Connection) -> list[dict[str, object]]:
     """Every recorded dead letter, oldest first."""
     cursor = connection.execute(
         "SELECT projection, seq, subject, topic, error, attempts, recorded_at "
-        "FROM dead_letters ORDER BY seq"
+        "FROM dead_letters ORDER BY seq, projection"
     )
     names = [c[0] for c in cursor.description]
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]

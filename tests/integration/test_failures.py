@@ -129,7 +129,7 @@ async def test_projector_killed_mid_projection_resumes_without_loss_or_duplicate
         assert await session.get_message(expected[-1]) == _message(TOTAL_MESSAGES - 1)
         # And the read model equals a fresh rebuild from the log into a scratch database
         results = await verify(writer.log, database)
-        assert [(r.projection, r.seq) for r in results] == [("sessions", last)]
+        assert [(r.projection, r.seq) for r in results] == [("sessions", last), ("context", last)]
         assert results[0].live == results[0].rebuilt == live_checksum
         print(f"\nkill landed at tracked seq {seq_at_kill}/{at_kill} of {last}")
     finally:
@@ -202,8 +202,9 @@ async def test_nats_restart_during_write_loop_loses_no_acknowledged_write(tmp_pa
         history = await session.get_history()
         assert [m["id"] for m in history] == acknowledged
         # And the read model still equals a rebuild from the log
-        (result,) = await verify(ms.log, settings.data_dir / "memstream.db")
-        assert result.ok
+        results = await verify(ms.log, settings.data_dir / "memstream.db")
+        assert [r.projection for r in results] == ["sessions", "context"]
+        assert all(r.ok for r in results), results
     finally:
         if not writer.done():
             writer.cancel()
@@ -247,20 +248,23 @@ async def test_poison_events_are_dead_lettered_and_the_projector_keeps_going(
     # Then the good events are projected after the poison ones
     assert [m["id"] for m in await session.get_history()] == ["m00001", "m00002"]
     assert [m["id"] for m in await ms.session("y").get_history()] == ["m00003"]
-    # And both poison events are recorded as dead letters (undecodable at once, the other after
-    # the bounded number of attempts)
+    # And both poison events are recorded as dead letters: the undecodable one at once by every
+    # projection, the unappliable one by the sessions projection after the bounded attempts (the
+    # context projection has nothing to do with a message and applies it)
     letters = dead_letters(ms.database)
-    assert [(d["seq"], d["subject"], d["attempts"]) for d in letters] == [
-        (garbage.seq, "ms.default.session.x", 1),
-        (unappliable.seq, "ms.default.session.y", 5),
+    assert [(d["projection"], d["seq"], d["subject"], d["attempts"]) for d in letters] == [
+        ("context", garbage.seq, "ms.default.session.x", 1),
+        ("sessions", garbage.seq, "ms.default.session.x", 1),
+        ("sessions", unappliable.seq, "ms.default.session.y", 5),
     ]
-    assert letters[1]["topic"].endswith("Session.MessageAppended")
+    assert letters[2]["topic"].endswith("Session.MessageAppended")
     assert ms.projector is not None
-    assert ms.projector.stats.dead_lettered == 2
+    assert ms.projector.stats.dead_lettered == 3
     # And the session the garbage landed on is still writable (its aggregate passes over it)
     await ms.session("x").append_message(_message(4))
     assert [m["id"] for m in await ms.session("x").get_history()] == ["m00004"]
     # And a rebuild from the log gets past the same poison events to the same read model
-    (result,) = await verify(ms.log, settings.data_dir / "memstream.db")
-    assert result.ok
-    assert result.seq == await ms.log.stream_last_seq()
+    results = await verify(ms.log, settings.data_dir / "memstream.db")
+    assert [r.projection for r in results] == ["sessions", "context"]
+    assert all(r.ok for r in results), results
+    assert {r.seq for r in results} == {await ms.log.stream_last_seq()}

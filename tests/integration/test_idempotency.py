@@ -234,8 +234,9 @@ async def test_projector_resuming_over_a_committed_unacknowledged_batch_applies_
             # Then only the new events were applied, and the read model equals a rebuild
             assert worker.stats.applied == 3
             assert [m["id"] for m in await session.get_history()] == [f"m{i}" for i in range(8)]
-            (result,) = await verify(writer.log, database)
-            assert result.ok
+            results = await verify(writer.log, database)
+            assert [r.projection for r in results] == ["sessions", "context"]
+            assert all(r.ok for r in results), results
         finally:
             await worker.stop()
             connection.close()

@@ -70,6 +70,12 @@ def test_the_command_tree_is_complete() -> None:
         ("projections", "list"),
         ("projections", "rebuild"),
         ("projections", "verify"),
+        ("context",),
+        ("context", "list"),
+        ("context", "show"),
+        ("context", "set"),
+        ("prompt",),
+        ("prompt", "show"),
     }
 
 
@@ -84,7 +90,11 @@ def test_every_command_has_help(path: tuple[str, ...]) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    [p for p in command_paths() if p and p not in {("sessions",), ("events",), ("projections",)}],
+    [
+        p
+        for p in command_paths()
+        if p and p not in {("sessions",), ("events",), ("projections",), ("context",), ("prompt",)}
+    ],
 )
 def test_every_command_help_shows_an_example(path: tuple[str, ...]) -> None:
     # The docstring is the --help text, and it ends with one example
