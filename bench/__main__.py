@@ -35,6 +35,7 @@ BENCHMARKS = (
     "search",
     "growth",
     "cold_start",
+    "context",
 )
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
