@@ -1,11 +1,12 @@
-"""The ``up --demo`` tour: a short conversation with a branch, its history, a search, a status."""
+"""The ``up --demo`` tour: a conversation with a branch, its history, a search, a context block
+written by the model's tool and the frozen system prompt, and the platform status."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from memstream import Memstream
+from memstream import Memstream, StaticContext
 from memstream.workers.status import PlatformStatus, platform_status
 
 SESSION = "demo"
@@ -43,15 +44,29 @@ class DemoResult:
     history: list[dict[str, Any]]
     branches: list[dict[str, Any]]
     hits: list[dict[str, Any]]
+    tool_reply: str
+    prompt: str
     status: PlatformStatus
 
 
 async def run_demo(ms: Memstream) -> DemoResult:
     """Append the demo conversation (idempotently) and read it back."""
-    session = ms.session(SESSION)
+    session = (
+        ms.session(SESSION)
+        .with_context("soul", provider=StaticContext("You are a friendly travel assistant."))
+        .with_context("memory", description="Learned facts", max_tokens=200)
+        .with_cached_prompt()
+    )
     for message_id, parent_id, role, text in CONVERSATION:
         message = {"id": message_id, "role": role, "parts": [{"type": "text", "text": text}]}
         await session.append_message(message, parent_id)
+    # The model remembers a fact with its set_context tool; the prompt is frozen once.
+    tool_reply = await session.execute_tool(
+        "set_context", {"label": "memory", "content": "Travels light; loves pastries."}
+    )
+    prompt = await session.freeze_system_prompt()
+    for projection in ("sessions", "context"):
+        await ms.wait_for(projection)
     return DemoResult(
         session_id=SESSION,
         branch_point=BRANCH_POINT,
@@ -59,5 +74,7 @@ async def run_demo(ms: Memstream) -> DemoResult:
         history=await session.get_history(),
         branches=await session.get_branches(BRANCH_POINT),
         hits=await session.search(QUERY),
+        tool_reply=tool_reply,
+        prompt=prompt,
         status=await platform_status(ms.log, ms.database),
     )

@@ -245,4 +245,8 @@ def show_demo(demo: DemoResult) -> None:
     console.print()
     show_hits(demo.query, [{"session_id": demo.session_id, **hit} for hit in demo.hits])
     console.print()
+    console.print(Text(f"set_context → {demo.tool_reply}"))
+    console.print(Text("frozen system prompt:", style="bold"))
+    console.print(Text(demo.prompt))
+    console.print()
     show_status(demo.status)
