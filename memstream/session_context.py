@@ -7,7 +7,7 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from memstream.domain.tool_specs import LOAD_CONTEXT, skill_unloaded_marker
+from memstream.domain.tool_specs import LOAD_CONTEXT, UNLOAD_CONTEXT, skill_unloaded_marker
 
 if TYPE_CHECKING:
     from memstream.session import Session
@@ -48,9 +48,13 @@ class SessionSkillLog:
         self.session = session
 
     async def loaded(self) -> list[str]:
+        """Skills loaded through memstream's tools (events), plus those whose ``load_context``
+        tool output sits in the active history (written by an app that ran the tool itself)."""
         ms = self.session.memstream
         await ms.wait_for("context")
-        return ms.context_queries.loaded_skills(ms.namespace, self.session.session_id)
+        recorded = ms.context_queries.loaded_skills(ms.namespace, self.session.session_id)
+        in_history = skills_in_history(await self.session.get_history())
+        return list(dict.fromkeys([*recorded, *in_history]))
 
     async def record_load(self, label: str, key: str) -> None:
         await self.session.memstream.session_command(
@@ -61,6 +65,36 @@ class SessionSkillLog:
         await self.session.memstream.session_command(
             self.session.session_id, lambda aggregate: aggregate.unload_skill(label, key)
         )
+
+
+def skills_in_history(history: list[dict[str, Any]]) -> list[str]:
+    """``"label:key"`` loaded according to the tool parts of assistant messages (§7.3): a
+    ``load_context`` output adds (unless it reads ``[skill unloaded: …]``), ``unload_context``
+    removes."""
+    loaded: dict[str, None] = {}
+    for message in history:
+        parts = message.get("parts")
+        if message.get("role") != "assistant" or not isinstance(parts, list):
+            continue
+        for part in parts:
+            if not isinstance(part, Mapping) or part.get("state") != "output-available":
+                continue
+            arguments = part.get("input")
+            if not isinstance(arguments, Mapping):
+                continue
+            label, key = arguments.get("label"), arguments.get("key")
+            if not isinstance(label, str) or not isinstance(key, str):
+                continue
+            name = f"{label}:{key}"
+            if part.get("toolName") == LOAD_CONTEXT:
+                output = part.get("output")
+                if isinstance(output, str) and output.startswith("[skill unloaded:"):
+                    loaded.pop(name, None)
+                else:
+                    loaded[name] = None
+            elif part.get("toolName") == UNLOAD_CONTEXT:
+                loaded.pop(name, None)
+    return list(loaded)
 
 
 def _is_load_of(part: object, label: str, key: str) -> bool:
