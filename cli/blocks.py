@@ -71,7 +71,7 @@ def show(
     async def main() -> str | None:
         async with connected(settings) as ms:
             await ms.sync("context")
-            return ms.context_queries.block_content(ms.namespace, key)
+            return ms.context_queries.block_content(ms.namespace, label, session)
 
     content = run(main())
     if content is None:

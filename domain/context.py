@@ -33,8 +33,11 @@ _A = TypeVar("_A", bound=Aggregate)
 
 
 def check_label(value: object) -> str:
-    """A context block label: 1–64 characters."""
-    return check_chars("label", value, minimum=1, maximum=CONTEXT_LABEL_MAX_CHARS)
+    """A context block label: 1–64 characters, no NUL."""
+    label = check_chars("label", value, minimum=1, maximum=CONTEXT_LABEL_MAX_CHARS)
+    if "\x00" in label:
+        raise InvalidInputError("label must not contain NUL characters")
+    return label
 
 
 def check_key(value: object, name: str = "key") -> str:
@@ -48,8 +51,17 @@ def check_content(value: object, name: str = "content") -> str:
 
 
 def storage_key(label: str, session_id: str | None) -> str:
-    """The key a session's built-in block is stored under (§2.2): ``label`` or ``label_<id>``."""
+    """The reference's key of a session's built-in block (§2.2): ``label`` or ``label_<id>``.
+
+    Shown to users; not an identity: label ``memory`` of session ``x`` and label ``memory_x``
+    of the default session share it, so documents are identified by :func:`document_id`.
+    """
     return f"{label}_{session_id}" if session_id else label
+
+
+def document_id(label: str, session_id: str | None) -> str:
+    """The unambiguous identity of a built-in block (labels and session ids hold no NUL)."""
+    return f"{label}\x00{session_id or ''}"
 
 
 def prompt_store_key(session_id: str) -> str:
@@ -96,7 +108,7 @@ def _decide(aggregate: Aggregate, event_class: type[Any], **kwargs: Any) -> Any:
 
 
 class ContextDocument(Aggregate):
-    """The content of one built-in writable context block."""
+    """The content of one built-in writable block: ``label`` of session ``session_id``."""
 
     class Event(Aggregate.Event):
         key: str
@@ -111,44 +123,42 @@ class ContextDocument(Aggregate):
         def apply(self, aggregate: Any) -> None:
             aggregate.content = self.content
 
-    key: str
+    label: str
+    session_id: str | None
     content: str | None
 
     @classmethod
-    def empty(cls, namespace: str, key: str) -> ContextDocument:
-        """A document with no events yet (its content is ``None``: never written)."""
-        document = _new(cls, _aggregate_id("block", namespace, key))
-        document.key = key
+    def empty(cls, namespace: str, identity: str) -> ContextDocument:
+        """A document with no events yet (content ``None``); ``identity`` from
+        :func:`document_id`."""
+        label, _, session_id = identity.partition("\x00")
+        document = _new(cls, _aggregate_id("block", namespace, identity))
+        document.label = label
+        document.session_id = session_id or None
         document.content = None
         return document
 
-    def replace(
-        self, label: str, session_id: str | None, content: object, max_tokens: int | None = None
-    ) -> list[Aggregate.Event]:
+    def replace(self, content: object, max_tokens: int | None = None) -> list[Aggregate.Event]:
         """Decide a replace; rewriting identical content is a no-op."""
         text = check_content(content)
-        check_max_tokens(label, text, max_tokens)
+        check_max_tokens(self.label, text, max_tokens)
         if text == self.content:
             return []
         return [
             _decide(
                 self,
                 self.ContextBlockWritten,
-                key=self.key,
-                label=label,
-                session_id=session_id,
+                key=storage_key(self.label, self.session_id),
+                label=self.label,
+                session_id=self.session_id,
                 content=text,
             )
         ]
 
-    def append(
-        self, label: str, session_id: str | None, content: object, max_tokens: int | None = None
-    ) -> list[Aggregate.Event]:
+    def append(self, content: object, max_tokens: int | None = None) -> list[Aggregate.Event]:
         """Decide an append to the current content (``max_tokens`` applies to the result)."""
         addition = check_content(content)
-        return self.replace(
-            label, session_id, joined_content(self.content or "", addition), max_tokens
-        )
+        return self.replace(joined_content(self.content or "", addition), max_tokens)
 
 
 class SearchIndex(Aggregate):
@@ -198,6 +208,7 @@ __all__ = [
     "check_key",
     "check_label",
     "check_max_tokens",
+    "document_id",
     "joined_content",
     "prompt_store_key",
     "storage_key",

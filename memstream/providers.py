@@ -16,7 +16,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memstream.domain.context import check_content, check_key
+from memstream.domain.context import (
+    check_content,
+    check_key,
+    check_label,
+    document_id,
+    storage_key,
+)
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import SEARCH_QUERY_MAX_BYTES, check_bytes, require_str
 
@@ -80,26 +86,28 @@ class StaticContext:
 
 
 class StoredBlock(LogBacked):
-    """The built-in writable block: its content is a document on the log, read from the
-    context read model. ``key`` is ``label`` or ``label_<session id>`` (§2.2)."""
+    """The built-in writable block ``label`` of a session: its content is a document on the
+    log, read from the context read model. Shown under the reference's key, ``label`` or
+    ``label_<session id>`` (§2.2)."""
 
-    def __init__(self, key: str, label: str, session_id: str | None) -> None:
-        self.key = check_key(key)
-        self.label = label
+    def __init__(self, label: str, session_id: str, max_tokens: int | None = None) -> None:
+        self.label = check_label(label)
         self.session_id = session_id
-        self.max_tokens: int | None = None
+        self.key = storage_key(label, session_id)
+        self.max_tokens = max_tokens
+        self._identity = document_id(label, session_id)
 
     async def get(self) -> str | None:
         ms = self.ms
         await ms.wait_for("context")
-        return ms.context_queries.block_content(ms.namespace, self.key)
+        return ms.context_queries.block_content(ms.namespace, self.label, self.session_id)
 
     async def set(self, content: str) -> None:
         await self.ms.command(
             self.ms.blocks,
             "block",
-            self.key,
-            lambda d: d.replace(self.label, self.session_id, content, self.max_tokens),
+            self._identity,
+            lambda document: document.replace(content, self.max_tokens),
         )
 
     async def append(self, content: str) -> str:
@@ -107,11 +115,11 @@ class StoredBlock(LogBacked):
         result: list[str] = []
 
         def decide(document: Any) -> Any:
-            events = document.append(self.label, self.session_id, content, self.max_tokens)
+            events = document.append(content, self.max_tokens)
             result[:] = [events[-1].content if events else document.content or ""]
             return events
 
-        await self.ms.command(self.ms.blocks, "block", self.key, decide)
+        await self.ms.command(self.ms.blocks, "block", self._identity, decide)
         return result[0]
 
 
@@ -180,39 +188,49 @@ def _first_line(body: str) -> str | None:
 class DirectorySkillProvider:
     """Skills from a folder of text/markdown files: key = relative path without extension,
     description from ``description:`` front matter or else the first line. ``keys`` (non-empty)
-    is an allow-list for ``get`` and ``load``; ``set`` writes ``<key>.md`` regardless."""
+    is an allow-list for ``get`` and ``load``; ``set`` writes ``<key>.md`` regardless.
+
+    When several files share a key (``a.md``, ``a.txt``), the first suffix of ``.md``,
+    ``.markdown``, ``.txt`` wins, for the listing and for ``load`` alike.
+    """
 
     def __init__(self, path: str | Path, keys: Iterable[str] | None = None) -> None:
+        if isinstance(keys, str):
+            raise InvalidInputError("keys must be a list of skill keys, not a string")
         self.root = Path(path)
-        self.keys = frozenset(keys or ())
+        self.keys = frozenset(require_str("skill key", k) for k in keys or ())
 
     def _allowed(self, key: str) -> bool:
         return not self.keys or key in self.keys
 
     def _files(self) -> dict[str, Path]:
+        """Every skill file by key, sorted by key."""
         if not self.root.is_dir():
             return {}
-        found: dict[str, Path] = {}
-        for file in sorted(self.root.rglob("*")):
-            if file.is_file() and file.suffix.lower() in SKILL_SUFFIXES:
-                key = file.relative_to(self.root).with_suffix("").as_posix()
-                found.setdefault(key, file)
-        return found
+        found: dict[str, tuple[int, str, Path]] = {}
+        for file in self.root.rglob("*"):
+            suffix = file.suffix.lower()
+            if suffix not in SKILL_SUFFIXES or not file.is_file():
+                continue
+            key = file.relative_to(self.root).with_suffix("").as_posix()
+            rank = (SKILL_SUFFIXES.index(suffix), file.name, file)
+            if key not in found or rank[:2] < found[key][:2]:
+                found[key] = rank
+        return {key: found[key][2] for key in sorted(found)}
 
-    def _path_of(self, key: str) -> Path:
-        """The file a key names, refusing anything outside the folder."""
+    def _check_key(self, key: str) -> None:
+        """Refuse keys that would leave the folder."""
         check_key(key)
         parts = key.split("/")
         if key.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in key:
             raise InvalidInputError(f"skill key {key!r} must be a relative path inside the folder")
-        return self.root.joinpath(*parts)
 
     def _listing(self) -> str | None:
         lines = []
         for key, file in self._files().items():
             if not self._allowed(key):
                 continue
-            description, body = _split_front_matter(file.read_text(encoding="utf-8"))
+            description, body = _split_front_matter(_read(file))
             description = description or _first_line(body)
             lines.append(f"- {key}: {description}" if description else f"- {key}")
         return "\n".join(lines) or None
@@ -220,19 +238,14 @@ class DirectorySkillProvider:
     def _load(self, key: str) -> str | None:
         if not isinstance(key, str) or not self._allowed(key):
             return None
-        try:
-            base = self._path_of(key)
-        except InvalidInputError:
-            return None
-        for suffix in SKILL_SUFFIXES:
-            file = base.with_name(base.name + suffix)
-            if file.is_file():
-                return _split_front_matter(file.read_text(encoding="utf-8"))[1]
-        return None
+        file = self._files().get(key)
+        return None if file is None else _split_front_matter(_read(file))[1]
 
     def _set(self, key: str, content: str, description: str | None) -> None:
+        require_str("key", key)
+        self._check_key(key)
         text = check_content(content)
-        file = self._path_of(key)
+        file = self.root.joinpath(*key.split("/"))
         file = file.with_name(file.name + ".md")
         file.parent.mkdir(parents=True, exist_ok=True)
         if description:
@@ -248,3 +261,8 @@ class DirectorySkillProvider:
 
     async def set(self, key: str, content: str, description: str | None = None) -> None:
         await asyncio.to_thread(self._set, key, content, description)
+
+
+def _read(file: Path) -> str:
+    # A stray non-UTF-8 byte must not take the whole block down: it reads as U+FFFD.
+    return file.read_text(encoding="utf-8", errors="replace")

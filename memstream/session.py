@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import asdict
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from memstream.ai_tools import ToolSet, context_tools
 from memstream.context_blocks import BlockConfig, ContextBlocks, PromptStore, ProviderPromptStore
-from memstream.domain.context import check_label, storage_key
+from memstream.domain.context import check_label
 from memstream.domain.errors import InvalidInputError, MemstreamError
 from memstream.domain.limits import (
     SEARCH_LIMIT_MAX,
@@ -25,12 +26,14 @@ from memstream.domain.session import OMITTED
 from memstream.domain.session import Session as SessionAggregate
 from memstream.domain.system_prompt import ContextBlock
 from memstream.projections.recent_history import RecentHistory
-from memstream.providers import LogBacked, StoredBlock
+from memstream.providers import LogBacked, StoredBlock, is_skill
 from memstream.session_context import SessionPromptStore, SessionSkillLog, reclaimed
 from memstream.workers.codec import decode_event
 
 if TYPE_CHECKING:
     from memstream.client import Memstream
+
+logger = logging.getLogger(__name__)
 
 
 class Session:
@@ -108,7 +111,14 @@ class Session:
 
     # -- writes --------------------------------------------------------------------------------
 
+    async def _ready(self) -> None:
+        """Before the first call of a session with skill blocks, restore its loaded skills
+        (§2.2: every async method waits for that restore)."""
+        if self._context is None and any(is_skill(c.provider) for c in self._configs):
+            await self._context_blocks()
+
     async def _command(self, decide: Any) -> int:
+        await self._ready()
         return await self._ms.session_command(self._session_id, decide)
 
     async def append_message(self, message: Message, parent_id: Any = OMITTED) -> int:
@@ -169,9 +179,7 @@ class Session:
     def _resolve(self, config: BlockConfig) -> BlockConfig:
         provider = config.provider
         if provider is None:
-            key = storage_key(config.label, self._session_id)
-            provider = StoredBlock(key, config.label, self._session_id or None)
-            provider.max_tokens = config.max_tokens
+            provider = StoredBlock(config.label, self._session_id, config.max_tokens)
         if isinstance(provider, LogBacked):
             provider.attach(self._ms)
         return BlockConfig(config.label, config.description, config.max_tokens, provider)
@@ -253,8 +261,11 @@ class Session:
 
     def remove_context(self, label: str) -> bool:
         """Drop a block; ``False`` if there was none. The frozen prompt is not touched."""
+        configured = any(c.label == label for c in self._configs)
         self._configs = [c for c in self._configs if c.label != label]
-        return False if self._context is None else self._context.remove(label)
+        if self._context is not None:
+            return self._context.remove(label) or configured
+        return configured
 
     async def freeze_system_prompt(self) -> str:
         """The system prompt, rendered once and then frozen (persisted with a cached prompt)."""
@@ -278,6 +289,9 @@ class Session:
             tools = await self.tools()
         except MemstreamError as error:
             return f"Error: {error}"
+        except Exception as error:  # a provider failed loading; a tool call never raises (§9)
+            logger.exception("loading the context blocks of %r failed", self._session_id)
+            return f"Error: {error}"
         return await tools.execute(name, arguments)
 
     # -- events --------------------------------------------------------------------------------
@@ -298,6 +312,7 @@ class Session:
     # -- reads ---------------------------------------------------------------------------------
 
     async def _queries(self) -> Any:
+        await self._ready()
         await self._ms.wait_for_sessions()
         return self._ms.session_queries
 

@@ -50,10 +50,11 @@ class SessionSkillLog:
     async def loaded(self) -> list[str]:
         """Skills loaded through memstream's tools (events), plus those whose ``load_context``
         tool output sits in the active history (written by an app that ran the tool itself)."""
-        ms = self.session.memstream
+        ms, session_id = self.session.memstream, self.session.session_id
         await ms.wait_for("context")
-        recorded = ms.context_queries.loaded_skills(ms.namespace, self.session.session_id)
-        in_history = skills_in_history(await self.session.get_history())
+        recorded = ms.context_queries.loaded_skills(ms.namespace, session_id)
+        await ms.wait_for("sessions")
+        in_history = skills_in_history(ms.session_queries.history(ms.namespace, session_id, None))
         return list(dict.fromkeys([*recorded, *in_history]))
 
     async def record_load(self, label: str, key: str) -> None:

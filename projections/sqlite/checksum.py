@@ -20,8 +20,8 @@ _QUERIES: dict[str, tuple[str, ...]] = {
         "ORDER BY k.namespace, k.session_id, c.position",
     ),
     "context": (
-        "SELECT namespace, key, label, session_id, content, seq, updated_at FROM context_blocks "
-        "ORDER BY namespace, key",
+        "SELECT namespace, session_id, label, key, content, seq, updated_at FROM context_blocks "
+        "ORDER BY namespace, session_id, label",
         "SELECT namespace, session_id, prompt, seq, frozen_at FROM cached_prompts "
         "ORDER BY namespace, session_id",
         "SELECT namespace, session_id, label, key, seq FROM loaded_skills "

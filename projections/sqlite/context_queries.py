@@ -14,25 +14,28 @@ class SqliteContextQueries:
     def __init__(self, connection: sqlite3.Connection) -> None:
         self.connection = connection
 
-    def block_content(self, namespace: str, key: str) -> str | None:
-        """A built-in block's content, or ``None`` if it was never written."""
+    def block_content(self, namespace: str, label: str, session_id: str) -> str | None:
+        """A built-in block's content (``session_id`` ``""``: no session), or ``None`` if it
+        was never written."""
         row = self.connection.execute(
-            "SELECT content FROM context_blocks WHERE namespace = ? AND key = ?", (namespace, key)
+            "SELECT content FROM context_blocks WHERE namespace = ? AND session_id = ? "
+            "AND label = ?",
+            (namespace, session_id, label),
         ).fetchone()
         return None if row is None else str(row[0])
 
     def blocks(self, namespace: str, session_id: str | None = None) -> list[dict[str, Any]]:
-        """Built-in blocks ``{key, label, session_id, content, seq, updated_at}`` by key;
-        with ``session_id``, only that session's (``""``: the blocks stored without one)."""
+        """Built-in blocks ``{key, label, session_id, content, seq, updated_at}`` by session and
+        label; with ``session_id``, only that session's (``""``: the blocks without one)."""
         sql = (
             "SELECT key, label, session_id, content, seq, updated_at FROM context_blocks "
             "WHERE namespace = ?"
         )
         params: list[Any] = [namespace]
         if session_id is not None:
-            sql += " AND coalesce(session_id, '') = ?"
+            sql += " AND session_id = ?"
             params.append(session_id)
-        cursor = self.connection.execute(sql + " ORDER BY key", params)
+        cursor = self.connection.execute(sql + " ORDER BY session_id, label", params)
         names = [c[0] for c in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 

@@ -34,15 +34,15 @@ def apply_context_writes(connection: sqlite3.Connection, writes: Iterable[Contex
     for write in writes:
         if isinstance(write, WriteBlock):
             connection.execute(
-                "INSERT INTO context_blocks (namespace, key, label, session_id, content, seq, "
-                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, key) DO UPDATE "
-                "SET label = excluded.label, session_id = excluded.session_id, "
+                "INSERT INTO context_blocks (namespace, session_id, label, key, content, seq, "
+                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (namespace, session_id, label) DO UPDATE SET key = excluded.key, "
                 "content = excluded.content, seq = excluded.seq, updated_at = excluded.updated_at",
                 (
                     write.namespace,
-                    write.key,
+                    write.session_id or "",
                     write.label,
-                    write.session_id,
+                    write.key,
                     write.content,
                     write.seq,
                     write.updated_at,

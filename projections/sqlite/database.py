@@ -79,13 +79,13 @@ _MIGRATIONS: dict[int, str] = {
     3: """
     CREATE TABLE context_blocks (
         namespace TEXT NOT NULL,
-        key TEXT NOT NULL,
+        session_id TEXT NOT NULL,
         label TEXT NOT NULL,
-        session_id TEXT,
+        key TEXT NOT NULL,
         content TEXT NOT NULL,
         seq INTEGER NOT NULL,
         updated_at TEXT NOT NULL,
-        PRIMARY KEY (namespace, key)
+        PRIMARY KEY (namespace, session_id, label)
     );
     CREATE TABLE cached_prompts (
         namespace TEXT NOT NULL,

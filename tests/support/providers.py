@@ -5,6 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 
+def content_of(session: Any, label: str) -> str:
+    """The content of a loaded block of ``session`` (failing the test if it is not loaded)."""
+    block = session.get_context_block(label)
+    assert block is not None, f"block {label!r} is not loaded"
+    return str(block.content)
+
+
 class ReadonlyProvider:
     """``get`` only (sync)."""
 

@@ -17,6 +17,7 @@ from memstream.domain.context import (
     ContextDocument,
     SearchIndex,
     check_label,
+    document_id,
     joined_content,
     prompt_store_key,
     storage_key,
@@ -54,6 +55,23 @@ def projected() -> Iterator[Projected]:
     connection.close()
 
 
+def test_a_label_and_session_that_share_a_reference_key_are_different_documents(
+    projected: Projected,
+) -> None:
+    # Given label "memory" of session "x" and label "memory_x" of the default session
+    ours = ContextDocument.empty(NS, document_id("memory", "x"))
+    theirs = ContextDocument.empty(NS, document_id("memory_x", ""))
+    # Then both show the reference key "memory_x" but are separate aggregates and rows
+    assert ours.id != theirs.id
+    projected.commit(ours, ours.replace("mine"))
+    projected.commit(theirs, theirs.replace("theirs"))
+    assert projected.queries.block_content(NS, "memory", "x") == "mine"
+    assert projected.queries.block_content(NS, "memory_x", "") == "theirs"
+    assert [b["key"] for b in projected.queries.blocks(NS)] == ["memory_x", "memory_x"]
+    with pytest.raises(InvalidInputError, match="NUL"):
+        check_label("a\x00b")
+
+
 def test_storage_keys_are_namespaced_by_session_id_as_the_reference_does() -> None:
     assert storage_key("memory", "") == "memory"
     assert storage_key("memory", None) == "memory"
@@ -80,14 +98,14 @@ def test_labels_are_1_to_64_characters() -> None:
 
 def test_a_document_is_replaced_and_appended_on_its_own_state(projected: Projected) -> None:
     # Given a new block document
-    doc = ContextDocument.empty(NS, "memory_chat-1")
+    doc = ContextDocument.empty(NS, document_id("memory", "chat-1"))
     assert doc.content is None
     # When it is replaced, then appended to
-    projected.commit(doc, doc.replace("memory", "chat-1", "fact1"))
-    projected.commit(doc, doc.append("memory", "chat-1", "fact2"))
+    projected.commit(doc, doc.replace("fact1"))
+    projected.commit(doc, doc.append("fact2"))
     # Then the aggregate and the read model hold the joined text under the key
     assert doc.content == "fact1\nfact2"
-    assert projected.queries.block_content(NS, "memory_chat-1") == "fact1\nfact2"
+    assert projected.queries.block_content(NS, "memory", "chat-1") == "fact1\nfact2"
     (row,) = projected.queries.blocks(NS, "chat-1")
     assert (row["key"], row["label"], row["session_id"], row["seq"]) == (
         "memory_chat-1",
@@ -97,34 +115,34 @@ def test_a_document_is_replaced_and_appended_on_its_own_state(projected: Project
     )
     assert projected.queries.blocks(NS, "") == []
     # And rewriting the same content decides nothing
-    assert doc.replace("memory", "chat-1", "fact1\nfact2") == []
+    assert doc.replace("fact1\nfact2") == []
 
 
 def test_max_tokens_bounds_the_whole_content_with_the_reference_error(
     projected: Projected,
 ) -> None:
-    doc = ContextDocument.empty(NS, "memory")
+    doc = ContextDocument.empty(NS, document_id("memory", None))
     # "word " * 50 estimates 65 tokens
     with pytest.raises(InvalidInputError, match=r'^Block "memory" exceeds maxTokens: 65 > 10$'):
-        doc.replace("memory", None, "word " * 50, max_tokens=10)
-    projected.commit(doc, doc.replace("memory", None, "a b c", max_tokens=4))
+        doc.replace("word " * 50, max_tokens=10)
+    projected.commit(doc, doc.replace("a b c", max_tokens=4))
     # An append is checked on the joined text (4 + 2 words → 8 tokens > 4)
     with pytest.raises(InvalidInputError, match="exceeds maxTokens: 8 > 4"):
-        doc.append("memory", None, "d e f", max_tokens=4)
+        doc.append("d e f", max_tokens=4)
     # max_tokens 0 is enforced too
     with pytest.raises(InvalidInputError, match="exceeds maxTokens: 2 > 0"):
-        ContextDocument.empty(NS, "m").replace("m", None, "a", max_tokens=0)
+        ContextDocument.empty(NS, document_id("m", "")).replace("a", max_tokens=0)
     assert doc.content == "a b c"
 
 
 def test_content_must_be_a_string_within_1_mib() -> None:
-    doc = ContextDocument.empty(NS, "memory")
+    doc = ContextDocument.empty(NS, document_id("memory", None))
     with pytest.raises(InvalidInputError, match="content must be a string, not int"):
-        doc.replace("memory", None, 42)
+        doc.replace(42)
     with pytest.raises(InvalidInputError, match="content is 1048577 bytes; the limit is 1048576"):
-        doc.replace("memory", None, "x" * (1024 * 1024 + 1))
+        doc.replace("x" * (1024 * 1024 + 1))
     with pytest.raises(InvalidInputError, match="lone surrogate"):
-        doc.replace("memory", None, "\ud800")
+        doc.replace("\ud800")
 
 
 def test_search_entries_upsert_and_are_searched_with_the_one_syntax(projected: Projected) -> None:
