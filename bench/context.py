@@ -98,7 +98,7 @@ async def run() -> Row:
                     )
                     await memstream.wait_for("context")
                     seen = memstream.context_queries.block_content(
-                        memstream.namespace, "notes0_ctx-0"
+                        memstream.namespace, "notes0", "ctx-0"
                     )
                     elapsed = time.perf_counter() - start
                     assert reply.startswith("Written to notes0."), reply
