@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -10,8 +9,6 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from memstream.ai_tools import ToolSet, context_tools
-from memstream.context_blocks import BlockConfig, ContextBlocks, PromptStore, ProviderPromptStore
-from memstream.domain.context import check_label
 from memstream.domain.errors import InvalidInputError, MemstreamError
 from memstream.domain.limits import (
     SEARCH_LIMIT_MAX,
@@ -26,8 +23,7 @@ from memstream.domain.session import OMITTED
 from memstream.domain.session import Session as SessionAggregate
 from memstream.domain.system_prompt import ContextBlock
 from memstream.projections.recent_history import RecentHistory
-from memstream.providers import LogBacked, StoredBlock, is_skill
-from memstream.session_context import SessionPromptStore, SessionSkillLog, reclaimed
+from memstream.session_context import SessionContext, block_config
 from memstream.workers.codec import decode_event
 
 if TYPE_CHECKING:
@@ -46,23 +42,13 @@ class Session:
     def __init__(self, ms: Memstream, session_id: str = "") -> None:
         self._ms = ms
         self._session_id = check_session_id(session_id)
-        self._configs: list[BlockConfig] = []
-        self._cached_prompt = False
-        self._prompt_provider: Any = None
-        self._context: ContextBlocks | None = None
-        self._context_lock = asyncio.Lock()
+        self._context = SessionContext(self)
 
     # -- builder ------------------------------------------------------------------------------
 
-    def _before_use(self, method: str) -> None:
-        if self._context is not None:
-            raise InvalidInputError(
-                f"{method}() must be called before the session's context is first used"
-            )
-
     def for_session(self, session_id: str) -> Session:
         """Select the session id (storage isolation and block keys); returns ``self``."""
-        self._before_use("for_session")
+        self._context.before_use("for_session")
         self._session_id = check_session_id(session_id)
         return self
 
@@ -84,11 +70,7 @@ class Session:
             InvalidInputError: bad label (1–64 chars), description or ``max_tokens``, or a
                 label configured twice.
         """
-        self._before_use("with_context")
-        config = _block_config(label, description, max_tokens, provider)
-        if any(c.label == config.label for c in self._configs):
-            raise InvalidInputError(f'Block "{config.label}" already exists')
-        self._configs.append(config)
+        self._context.configure(block_config(label, description, max_tokens, provider))
         return self
 
     def with_cached_prompt(self, provider: Any = None) -> Session:
@@ -96,9 +78,7 @@ class Session:
 
         A new process with the same session id then gets the same frozen prompt.
         """
-        self._before_use("with_cached_prompt")
-        self._cached_prompt = True
-        self._prompt_provider = provider
+        self._context.cache_prompt(provider)
         return self
 
     @property
@@ -111,14 +91,8 @@ class Session:
 
     # -- writes --------------------------------------------------------------------------------
 
-    async def _ready(self) -> None:
-        """Before the first call of a session with skill blocks, restore its loaded skills
-        (§2.2: every async method waits for that restore)."""
-        if self._context is None and any(is_skill(c.provider) for c in self._configs):
-            await self._context_blocks()
-
     async def _command(self, decide: Any) -> int:
-        await self._ready()
+        await self._context.ready()
         return await self._ms.session_command(self._session_id, decide)
 
     async def append_message(self, message: Message, parent_id: Any = OMITTED) -> int:
@@ -154,10 +128,10 @@ class Session:
         """Remove every message, overlay and loaded skill of this session, then refresh the
         system prompt (when the session has context blocks or a cached prompt)."""
         seq = await self._command(SessionAggregate.clear_messages)
-        if self._configs or self._cached_prompt:
-            context = await self._context_blocks()
-            context.clear_skill_state()
-            await context.refresh()
+        if self._context.configured:
+            blocks = await self._context.blocks()
+            blocks.clear_skill_state()
+            await blocks.refresh()
         return seq
 
     async def add_compaction(self, summary: str, from_id: str, to_id: str) -> dict[str, Any]:
@@ -176,56 +150,15 @@ class Session:
 
     # -- context blocks, system prompt, skills, tools (§6, §7, §9) ------------------------------
 
-    def _resolve(self, config: BlockConfig) -> BlockConfig:
-        provider = config.provider
-        if provider is None:
-            provider = StoredBlock(config.label, self._session_id, config.max_tokens)
-        if isinstance(provider, LogBacked):
-            provider.attach(self._ms)
-        return BlockConfig(config.label, config.description, config.max_tokens, provider)
-
-    async def _context_blocks(self) -> ContextBlocks:
-        """The context blocks, set up on first use (skills restored from the log)."""
-        if self._context is None:
-            async with self._context_lock:
-                if self._context is None:
-                    store: PromptStore | None = None
-                    if self._prompt_provider is not None:
-                        store = ProviderPromptStore(self._resolve_any(self._prompt_provider))
-                    elif self._cached_prompt:
-                        store = SessionPromptStore(self)
-                    context = ContextBlocks(
-                        [self._resolve(c) for c in self._configs],
-                        prompt_store=store,
-                        skills=SessionSkillLog(self),
-                        on_skill_unload=self._reclaim_skill_output,
-                    )
-                    await context.restore_skills()
-                    self._context = context
-        return self._context
-
-    def _resolve_any(self, provider: Any) -> Any:
-        if isinstance(provider, LogBacked):
-            provider.attach(self._ms)
-        return provider
-
-    async def _loaded_context(self) -> ContextBlocks:
-        context = await self._context_blocks()
-        await context.ensure_loaded()
-        return context
-
-    async def _reclaim_skill_output(self, label: str, key: str) -> None:
-        rewritten = reclaimed(await self.get_history(), label, key)
-        if rewritten is not None:
-            await self.update_message(rewritten)
-
     def get_context_block(self, label: str) -> ContextBlock | None:
         """A loaded block, or ``None`` (blocks load on the first freeze, write or ``tools()``)."""
-        return None if self._context is None else self._context.get_block(label)
+        blocks = self._context.started
+        return None if blocks is None else blocks.get_block(label)
 
     def get_context_blocks(self) -> list[ContextBlock]:
         """The loaded blocks in configuration order (``[]`` before they load)."""
-        return [] if self._context is None else self._context.get_blocks()
+        blocks = self._context.started
+        return [] if blocks is None else blocks.get_blocks()
 
     async def replace_context_block(self, label: str, content: str) -> ContextBlock:
         """Replace a writable block's content; the frozen prompt is not touched.
@@ -235,11 +168,11 @@ class Session:
             InvalidInputError: the block is readonly or keyed, the content is not a string, or
                 it exceeds the block's ``max_tokens`` (``Block "x" exceeds maxTokens: 65 > 10``).
         """
-        return await (await self._context_blocks()).set_block(label, content)
+        return await (await self._context.blocks()).set_block(label, content)
 
     async def append_context_block(self, label: str, content: str) -> ContextBlock:
         """Append to a writable block (a newline between); ``max_tokens`` bounds the result."""
-        return await (await self._context_blocks()).append_to_block(label, content)
+        return await (await self._context.blocks()).append_to_block(label, content)
 
     async def add_context(
         self,
@@ -254,34 +187,31 @@ class Session:
         Raises:
             InvalidInputError: the label exists already, or bad arguments.
         """
-        config = self._resolve(_block_config(label, description, max_tokens, provider))
-        block = await (await self._context_blocks()).add(config)
-        self._configs.append(config)
+        block: ContextBlock = await self._context.add(
+            block_config(label, description, max_tokens, provider)
+        )
         return block
 
     def remove_context(self, label: str) -> bool:
         """Drop a block; ``False`` if there was none. The frozen prompt is not touched."""
-        configured = any(c.label == label for c in self._configs)
-        self._configs = [c for c in self._configs if c.label != label]
-        if self._context is not None:
-            return self._context.remove(label) or configured
-        return configured
+        return self._context.remove(label)
 
     async def freeze_system_prompt(self) -> str:
         """The system prompt, rendered once and then frozen (persisted with a cached prompt)."""
-        return await (await self._context_blocks()).freeze()
+        return await (await self._context.blocks()).freeze()
 
     async def refresh_system_prompt(self) -> str:
         """Reload every block, re-render, and replace the frozen prompt."""
-        return await (await self._context_blocks()).refresh()
+        return await (await self._context.blocks()).refresh()
 
     def get_loaded_skill_keys(self) -> set[str]:
         """``"label:key"`` of the loaded skills."""
-        return set() if self._context is None else set(self._context.loaded_skills)
+        blocks = self._context.started
+        return set() if blocks is None else set(blocks.loaded_skills)
 
     async def tools(self) -> ToolSet:
         """The AI tools of the current blocks (``{}`` without writable/skill/search blocks)."""
-        return context_tools(await self._loaded_context())
+        return context_tools(await self._context.loaded())
 
     async def execute_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> str:
         """Run one AI tool; failures come back as ``Error: …`` strings, never exceptions."""
@@ -312,7 +242,7 @@ class Session:
     # -- reads ---------------------------------------------------------------------------------
 
     async def _queries(self) -> Any:
-        await self._ready()
+        await self._context.ready()
         await self._ms.wait_for_sessions()
         return self._ms.session_queries
 
@@ -395,22 +325,6 @@ class Session:
         queries = await self._queries()
         hits = queries.search(self._ms.namespace, self._session_id, query, limit)
         return [{k: h[k] for k in ("id", "role", "content", "created_at")} for h in hits]
-
-
-def _block_config(
-    label: object, description: object, max_tokens: object, provider: object
-) -> BlockConfig:
-    """Validate a block's configuration (label 1–64 chars, ``max_tokens`` an integer ≥ 0)."""
-    checked = check_label(label)
-    if description is not None:
-        require_str("description", description)
-    if max_tokens is not None:
-        check_int("max_tokens", max_tokens, minimum=0, maximum=2**31)
-    if provider is not None and not callable(getattr(provider, "get", None)):
-        raise InvalidInputError(
-            f'the provider of block "{checked}" has no get() method ({type(provider).__name__})'
-        )
-    return BlockConfig(checked, description, max_tokens, provider)  # type: ignore[arg-type]
 
 
 def _optional_id(name: str, value: object) -> str | None:

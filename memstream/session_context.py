@@ -1,128 +1,138 @@
-"""A session's context state on the log: its cached prompt, its loaded skills, and the rewrite
-of a ``load_context`` tool output when its skill is unloaded (§6.7, §7.2)."""
+"""The context side of a session: block configuration from the builder, set up on first use."""
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping
+import asyncio
 from typing import TYPE_CHECKING, Any
 
-from memstream.domain.tool_specs import LOAD_CONTEXT, UNLOAD_CONTEXT, skill_unloaded_marker
+from memstream.context_blocks import BlockConfig, ContextBlocks, PromptStore, ProviderPromptStore
+from memstream.context_state import SessionPromptStore, SessionSkillLog, reclaimed
+from memstream.domain.context import check_label
+from memstream.domain.errors import InvalidInputError
+from memstream.domain.limits import check_int, require_str
+from memstream.providers import LogBacked, StoredBlock, is_skill
 
 if TYPE_CHECKING:
     from memstream.session import Session
 
 
-class SessionPromptStore:
-    """The built-in cached prompt: ``SystemPromptFrozen`` events on the session's subject."""
+def block_config(
+    label: object, description: object, max_tokens: object, provider: object
+) -> BlockConfig:
+    """Validate a block's configuration (label 1–64 chars, ``max_tokens`` an integer ≥ 0)."""
+    checked = check_label(label)
+    if description is not None:
+        require_str("description", description)
+    if max_tokens is not None:
+        check_int("max_tokens", max_tokens, minimum=0, maximum=2**31)
+    if provider is not None and not callable(getattr(provider, "get", None)):
+        raise InvalidInputError(
+            f'the provider of block "{checked}" has no get() method ({type(provider).__name__})'
+        )
+    return BlockConfig(checked, description, max_tokens, provider)  # type: ignore[arg-type]
+
+
+class SessionContext:
+    """Holds what the builder configured; on first use resolves the providers (a block without
+    one gets the built-in block of this session), restores loaded skills and creates the
+    :class:`ContextBlocks`."""
 
     def __init__(self, session: Session) -> None:
-        self.session = session
+        self._session = session
+        self._configs: list[BlockConfig] = []
+        self._cached_prompt = False
+        self._prompt_provider: Any = None
+        self._blocks: ContextBlocks | None = None
+        self._lock = asyncio.Lock()
 
-    async def get(self) -> str | None:
-        ms = self.session.memstream
-        await ms.wait_for("context")
-        return ms.context_queries.cached_prompt(ms.namespace, self.session.session_id)
+    @property
+    def started(self) -> ContextBlocks | None:
+        """The context blocks once set up, else ``None``."""
+        return self._blocks
 
-    async def freeze(self, prompt: str) -> str:
-        winner: list[str] = []
+    @property
+    def configured(self) -> bool:
+        """Whether the session has blocks or a cached prompt."""
+        return bool(self._configs) or self._cached_prompt
 
-        def decide(aggregate: Any) -> Any:
-            # The first freeze wins: a concurrent one elsewhere makes ours a no-op.
-            winner[:] = [prompt if aggregate.frozen_prompt is None else aggregate.frozen_prompt]
-            return aggregate.freeze_system_prompt(prompt)
+    def before_use(self, method: str) -> None:
+        if self._blocks is not None:
+            raise InvalidInputError(
+                f"{method}() must be called before the session's context is first used"
+            )
 
-        await self.session.memstream.session_command(self.session.session_id, decide)
-        return winner[0]
+    def configure(self, config: BlockConfig) -> None:
+        self.before_use("with_context")
+        if any(c.label == config.label for c in self._configs):
+            raise InvalidInputError(f'Block "{config.label}" already exists')
+        self._configs.append(config)
 
-    async def refresh(self, prompt: str) -> None:
-        await self.session.memstream.session_command(
-            self.session.session_id, lambda aggregate: aggregate.refresh_system_prompt(prompt)
+    def cache_prompt(self, provider: Any) -> None:
+        self.before_use("with_cached_prompt")
+        self._cached_prompt = True
+        self._prompt_provider = provider
+
+    def remove(self, label: str) -> bool:
+        configured = any(c.label == label for c in self._configs)
+        self._configs = [c for c in self._configs if c.label != label]
+        if self._blocks is not None:
+            return self._blocks.remove(label) or configured
+        return configured
+
+    def _attach(self, provider: Any) -> Any:
+        if isinstance(provider, LogBacked):
+            provider.attach(self._session.memstream)
+        return provider
+
+    def resolve(self, config: BlockConfig) -> BlockConfig:
+        """The config with its provider ready to use (bound to this session's memstream)."""
+        provider = config.provider
+        if provider is None:
+            provider = StoredBlock(config.label, self._session.session_id, config.max_tokens)
+        return BlockConfig(
+            config.label, config.description, config.max_tokens, self._attach(provider)
         )
 
+    async def ready(self) -> None:
+        """Before the first call of a session with skill blocks, restore its loaded skills
+        (§2.2: every async method waits for that restore)."""
+        if self._blocks is None and any(is_skill(c.provider) for c in self._configs):
+            await self.blocks()
 
-class SessionSkillLog:
-    """Loaded skills as ``SkillLoaded``/``SkillUnloaded`` events on the session's subject."""
+    async def blocks(self) -> ContextBlocks:
+        """The context blocks, set up on first use (loaded skills restored from the log)."""
+        if self._blocks is None:
+            async with self._lock:
+                if self._blocks is None:
+                    store: PromptStore | None = None
+                    if self._prompt_provider is not None:
+                        store = ProviderPromptStore(self._attach(self._prompt_provider))
+                    elif self._cached_prompt:
+                        store = SessionPromptStore(self._session)
+                    blocks = ContextBlocks(
+                        [self.resolve(c) for c in self._configs],
+                        prompt_store=store,
+                        skills=SessionSkillLog(self._session),
+                        on_skill_unload=self._reclaim_skill_output,
+                    )
+                    await blocks.restore_skills()
+                    self._blocks = blocks
+        return self._blocks
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
+    async def loaded(self) -> ContextBlocks:
+        """The context blocks with every provider read."""
+        blocks = await self.blocks()
+        await blocks.ensure_loaded()
+        return blocks
 
-    async def loaded(self) -> list[str]:
-        """Skills loaded through memstream's tools (events), plus those whose ``load_context``
-        tool output sits in the active history (written by an app that ran the tool itself)."""
-        ms, session_id = self.session.memstream, self.session.session_id
-        await ms.wait_for("context")
-        recorded = ms.context_queries.loaded_skills(ms.namespace, session_id)
-        await ms.wait_for("sessions")
-        in_history = skills_in_history(ms.session_queries.history(ms.namespace, session_id, None))
-        return list(dict.fromkeys([*recorded, *in_history]))
+    async def add(self, config: BlockConfig) -> Any:
+        resolved = self.resolve(config)
+        block = await (await self.blocks()).add(resolved)
+        self._configs.append(resolved)
+        return block
 
-    async def record_load(self, label: str, key: str) -> None:
-        await self.session.memstream.session_command(
-            self.session.session_id, lambda aggregate: aggregate.load_skill(label, key)
-        )
-
-    async def record_unload(self, label: str, key: str) -> None:
-        await self.session.memstream.session_command(
-            self.session.session_id, lambda aggregate: aggregate.unload_skill(label, key)
-        )
-
-
-def skills_in_history(history: list[dict[str, Any]]) -> list[str]:
-    """``"label:key"`` loaded according to the tool parts of assistant messages (§7.3): a
-    ``load_context`` output adds (unless it reads ``[skill unloaded: …]``), ``unload_context``
-    removes."""
-    loaded: dict[str, None] = {}
-    for message in history:
-        parts = message.get("parts")
-        if message.get("role") != "assistant" or not isinstance(parts, list):
-            continue
-        for part in parts:
-            if not isinstance(part, Mapping) or part.get("state") != "output-available":
-                continue
-            arguments = part.get("input")
-            if not isinstance(arguments, Mapping):
-                continue
-            label, key = arguments.get("label"), arguments.get("key")
-            if not isinstance(label, str) or not isinstance(key, str):
-                continue
-            name = f"{label}:{key}"
-            if part.get("toolName") == LOAD_CONTEXT:
-                output = part.get("output")
-                if isinstance(output, str) and output.startswith("[skill unloaded:"):
-                    loaded.pop(name, None)
-                else:
-                    loaded[name] = None
-            elif part.get("toolName") == UNLOAD_CONTEXT:
-                loaded.pop(name, None)
-    return list(loaded)
-
-
-def _is_load_of(part: object, label: str, key: str) -> bool:
-    if not isinstance(part, Mapping):
-        return False
-    arguments = part.get("input")
-    return (
-        part.get("toolName") == LOAD_CONTEXT
-        and part.get("state") == "output-available"
-        and isinstance(arguments, Mapping)
-        and arguments.get("label") == label
-        and arguments.get("key") == key
-    )
-
-
-def reclaimed(history: list[dict[str, Any]], label: str, key: str) -> dict[str, Any] | None:
-    """The newest assistant message that loaded ``label:key``, with that tool output replaced
-    by ``[skill unloaded: key]`` (``None`` if the active history has none)."""
-    for message in reversed(history):
-        if message.get("role") != "assistant":
-            continue
-        parts = message.get("parts")
-        if not isinstance(parts, list):
-            continue
-        for index, part in enumerate(parts):
-            if _is_load_of(part, label, key):
-                rewritten: dict[str, Any] = copy.deepcopy(message)
-                rewritten["parts"][index]["output"] = skill_unloaded_marker(key)
-                return rewritten
-    return None
+    async def _reclaim_skill_output(self, label: str, key: str) -> None:
+        session = self._session
+        rewritten = reclaimed(await session.get_history(), label, key)
+        if rewritten is not None:
+            await session.update_message(rewritten)
