@@ -11,7 +11,7 @@ import typer
 from memstream import InvalidInputError, NotFoundError
 from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import emit_json, note, show_blocks, stdout
-from memstream.domain.context import check_label, storage_key
+from memstream.domain.context import check_label, prompt_store_key, storage_key
 from memstream.domain.limits import check_session_id
 from memstream.domain.tokens import estimate_string_tokens
 
@@ -154,7 +154,7 @@ def show_prompt(
 
     prompt = run(main())
     if as_json:
-        emit_json({"session_id": session, "prompt": prompt})
+        emit_json({"session_id": session, "key": prompt_store_key(session), "prompt": prompt})
     elif prompt is None:
         note(f"session {session!r} has no frozen prompt")
     else:

@@ -202,6 +202,7 @@ def _digest(text: str) -> str:
 __all__ = [
     "CONTENT_MAX_BYTES",
     "CONTEXT_KEY_MAX_CHARS",
+    "ENTRY_KEY_MAX_CHARS",
     "ContextDocument",
     "SearchIndex",
     "check_content",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memstream.domain.context import (
+    ENTRY_KEY_MAX_CHARS,
     check_content,
     check_key,
     check_label,
@@ -24,7 +25,7 @@ from memstream.domain.context import (
     storage_key,
 )
 from memstream.domain.errors import InvalidInputError
-from memstream.domain.limits import SEARCH_QUERY_MAX_BYTES, check_bytes, require_str
+from memstream.domain.limits import SEARCH_QUERY_MAX_BYTES, check_bytes, check_chars, require_str
 
 if TYPE_CHECKING:
     from memstream.client import Memstream
@@ -219,8 +220,8 @@ class DirectorySkillProvider:
         return {key: found[key][2] for key in sorted(found)}
 
     def _check_key(self, key: str) -> None:
-        """Refuse keys that would leave the folder."""
-        check_key(key)
+        """Refuse keys that would leave the folder (and keys over 256 characters)."""
+        check_chars("skill key", key, minimum=1, maximum=ENTRY_KEY_MAX_CHARS)
         parts = key.split("/")
         if key.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in key:
             raise InvalidInputError(f"skill key {key!r} must be a relative path inside the folder")

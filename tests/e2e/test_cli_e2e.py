@@ -195,7 +195,11 @@ def test_context_set_list_show_and_prompt_show(
     memstream(env, "context", "set", "x" * 65, "text", expect=1)
 
     # Given no frozen prompt, Then prompt show says so; after a session freezes one, it shows it
-    assert json_of(env, "prompt", "show", "chat-1") == {"session_id": "chat-1", "prompt": None}
+    assert json_of(env, "prompt", "show", "chat-1") == {
+        "session_id": "chat-1",
+        "key": "_system_prompt_chat-1",
+        "prompt": None,
+    }
     script = (
         "import asyncio, memstream\n"
         "async def main():\n"
