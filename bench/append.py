@@ -2,16 +2,27 @@
 
 The figure that counts is the default embedded shape (the projector runs in this process, as
 ``connect()`` does when it owns the log). For diagnosis the same is measured with the projector in
-its own process (the distributed shape) and with no projector at all (the write path alone).
+its own process (the distributed shape), with no projector at all (the write path alone), and
+like for like: the in-process projector against raw publishes that an in-process raw consumer
+projects into SQLite rows and FTS5 at the same time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
+import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+from nats.aio.client import Client
+from nats.js import JetStreamContext, api
 
 from bench.harness import (
+    ACK_TIMEOUT,
+    RAW_STREAM,
     RAW_SUBJECT,
     BenchEnv,
     Row,
@@ -22,6 +33,7 @@ from bench.harness import (
 )
 from bench.payloads import MessageFactory, payload
 from bench.projector_process import projector_process
+from memstream.client import Memstream
 
 NAME = "append"
 TITLE = "sequential append_message, each awaited"
@@ -36,6 +48,58 @@ def _no_projector() -> Iterator[None]:
     yield
 
 
+async def _project_raw(client: Client, database: Path, stop: asyncio.Event) -> None:
+    """The raw equivalent of the projector: batched pulls into message rows and FTS5 text."""
+    connection = sqlite3.connect(database, isolation_level=None)
+    connection.execute("PRAGMA journal_mode = WAL")
+    connection.execute("PRAGMA synchronous = NORMAL")
+    connection.executescript(
+        "CREATE TABLE rows (seq INTEGER PRIMARY KEY, content TEXT);"
+        "CREATE VIRTUAL TABLE rows_fts USING fts5(text, tokenize = 'porter unicode61');"
+    )
+    js = client.jetstream(timeout=ACK_TIMEOUT)
+    subscription = await js.pull_subscribe(
+        RAW_SUBJECT,
+        durable="raw-projector",
+        stream=RAW_STREAM,
+        config=api.ConsumerConfig(ack_policy=api.AckPolicy.ALL, max_ack_pending=-1),
+    )
+    try:
+        while not stop.is_set():
+            try:
+                msgs = await subscription.fetch(500, timeout=0.2)
+            except TimeoutError:
+                continue
+            if not msgs:
+                continue
+            rows = [(m.metadata.sequence.stream, m.data.decode()) for m in msgs]
+            texts = [
+                (seq, " ".join(p["text"] for p in json.loads(data)["parts"] if "text" in p))
+                for seq, data in rows
+            ]
+            connection.execute("BEGIN IMMEDIATE")
+            connection.executemany("INSERT INTO rows VALUES (?, ?)", rows)
+            connection.executemany("INSERT INTO rows_fts (rowid, text) VALUES (?, ?)", texts)
+            connection.execute("COMMIT")
+            await msgs[-1].ack()
+    finally:
+        connection.close()
+
+
+@contextlib.asynccontextmanager
+async def _raw_projector(env: BenchEnv, client: Client, shape: str) -> AsyncIterator[None]:
+    if shape != "fair":
+        yield
+        return
+    stop = asyncio.Event()
+    task = asyncio.create_task(_project_raw(client, env.root / "raw.db", stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
+
+
 async def _measure(
     env: BenchEnv, shape: str, factory: MessageFactory
 ) -> tuple[list[float], list[float]]:
@@ -46,44 +110,51 @@ async def _measure(
         else _no_projector()
     )
     with external:
-        memstream = await env.memstream(workers=shape == "in-process")
+        memstream = await env.memstream(workers=shape in ("in-process", "fair"))
         raw = await env.raw_client()
         try:
             js = await raw_stream(raw)
-            session = memstream.session(f"bench-append-{shape}")
-            for message in factory.messages(f"{shape}-warm", WARM):  # load the aggregate
-                await session.append_message(message)
-                await js.publish(RAW_SUBJECT, payload(message))
-            ours: list[float] = []
-            baseline: list[float] = []
-            for round_ in range(ROUNDS):
-                messages = factory.messages(f"{shape}-r{round_}", PER_ROUND)
-                payloads = [payload(m) for m in messages]
-                if shape != "none":
-                    await memstream.wait_for_sessions()  # each phase starts with an idle projector
-                start = time.perf_counter()
-                for message in messages:
-                    await session.append_message(message)
-                ours.append(PER_ROUND / (time.perf_counter() - start))
-                if shape != "none":
-                    await memstream.wait_for_sessions()
-                start = time.perf_counter()
-                for data in payloads:
-                    await js.publish(RAW_SUBJECT, data)
-                baseline.append(PER_ROUND / (time.perf_counter() - start))
-            if shape != "none":
-                length = await session.get_path_length()
-                assert length == WARM + ROUNDS * PER_ROUND, f"path length {length}"
+            async with _raw_projector(env, raw, shape):
+                return await _rounds(memstream, js, shape, factory)
         finally:
             await raw.close()
             await memstream.close()
+
+
+async def _rounds(
+    memstream: Memstream, js: JetStreamContext, shape: str, factory: MessageFactory
+) -> tuple[list[float], list[float]]:
+    session = memstream.session(f"bench-append-{shape}")
+    for message in factory.messages(f"{shape}-warm", WARM):  # load the aggregate
+        await session.append_message(message)
+        await js.publish(RAW_SUBJECT, payload(message))
+    ours: list[float] = []
+    baseline: list[float] = []
+    for round_ in range(ROUNDS):
+        messages = factory.messages(f"{shape}-r{round_}", PER_ROUND)
+        payloads = [payload(m) for m in messages]
+        if shape != "none":
+            await memstream.wait_for_sessions()  # each phase starts with an idle projector
+        start = time.perf_counter()
+        for message in messages:
+            await session.append_message(message)
+        ours.append(PER_ROUND / (time.perf_counter() - start))
+        if shape != "none":
+            await memstream.wait_for_sessions()
+        start = time.perf_counter()
+        for data in payloads:
+            await js.publish(RAW_SUBJECT, data)
+        baseline.append(PER_ROUND / (time.perf_counter() - start))
+    if shape != "none":
+        length = await session.get_path_length()
+        assert length == WARM + ROUNDS * PER_ROUND, f"path length {length}"
     return ours, baseline
 
 
 async def run() -> Row:
     factory = MessageFactory(seed=1)
     results: dict[str, tuple[list[float], list[float]]] = {}
-    for shape in ("in-process", "process", "none"):
+    for shape in ("in-process", "process", "none", "fair"):
         async with bench_env(f"{NAME}-{shape}") as env:
             results[shape] = await _measure(env, shape, factory)
     ours, raw = results["in-process"]
@@ -107,5 +178,7 @@ async def run() -> Row:
         f"rounds of {PER_ROUND}, ratio the median of per-round ratios. The same with the "
         f"projector in its own process: "
         f"{ratio_of('process')}; with no projector running (the write path alone): "
-        f"{ratio_of('none')}",
+        f"{ratio_of('none')}; like for like, the in-process projector against raw publishes "
+        f"projected at the same time by an in-process raw consumer (rows + FTS5): "
+        f"{ratio_of('fair')}",
     )
