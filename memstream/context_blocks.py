@@ -168,11 +168,11 @@ class ContextBlocks:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def _writable(self, label: object) -> tuple[ContextBlock, BlockConfig]:
+    def _writable(self, label: object, missing: str) -> tuple[ContextBlock, BlockConfig]:
         assert self._blocks is not None
         block = self._blocks.get(label) if isinstance(label, str) else None
         if block is None:
-            raise NotFoundError(f'Block "{_label_error(label)}" not found')
+            raise NotFoundError(f'Block "{_label_error(label)}" {missing}')
         if not block.writable:
             raise InvalidInputError(f'Block "{label}" is readonly')
         if block.is_skill or block.is_searchable:
@@ -182,9 +182,13 @@ class ContextBlocks:
         return block, self._configs[block.label]
 
     async def set_block(self, label: str, content: str) -> ContextBlock:
-        """Replace a writable block's content (the frozen prompt is not touched)."""
+        """Replace a writable block's content (the frozen prompt is not touched).
+
+        A label with no block gets the reference's text, ``Block "x" is readonly`` (§6.4), as
+        a :class:`NotFoundError`.
+        """
         await self.ensure_loaded()
-        block, config = self._writable(label)
+        block, config = self._writable(label, "is readonly")
         text = check_content(content)
         check_max_tokens(label, text, config.max_tokens)
         await call(config.provider.set, text)
@@ -194,7 +198,7 @@ class ContextBlocks:
         """Append to a writable block (a newline between, §6.4); ``max_tokens`` applies to the
         whole. The built-in block appends on the log's current content."""
         await self.ensure_loaded()
-        block, config = self._writable(label)
+        block, config = self._writable(label, "not found")
         addition = check_content(content)
         provider = config.provider
         if isinstance(provider, StoredBlock):

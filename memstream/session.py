@@ -164,7 +164,8 @@ class Session:
         """Replace a writable block's content; the frozen prompt is not touched.
 
         Raises:
-            NotFoundError: no block ``label``.
+            NotFoundError: no block ``label`` (with the reference's text,
+                ``Block "x" is readonly``).
             InvalidInputError: the block is readonly or keyed, the content is not a string, or
                 it exceeds the block's ``max_tokens`` (``Block "x" exceeds maxTokens: 65 > 10``).
         """

@@ -413,8 +413,8 @@ async def test_missing_readonly_and_keyed_blocks_refuse_writes(ms: Memstream) ->
         .with_context("skills", provider=MemorySkills())
         .with_context("knowledge", provider=MemorySearch())
     )
-    # A block that does not exist
-    with pytest.raises(NotFoundError, match=r'^Block "nope" not found$'):
+    # A block that does not exist: the reference's texts (§6.4), as NotFoundError
+    with pytest.raises(NotFoundError, match=r'^Block "nope" is readonly$'):
         await session.replace_context_block("nope", "x")
     with pytest.raises(NotFoundError, match=r'^Block "nope" not found$'):
         await session.append_context_block("nope", "x")
