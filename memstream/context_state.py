@@ -54,7 +54,12 @@ class SessionSkillLog:
         await ms.wait_for("context")
         recorded = ms.context_queries.loaded_skills(ms.namespace, session_id)
         await ms.wait_for("sessions")
-        in_history = skills_in_history(ms.session_queries.history(ms.namespace, session_id, None))
+        # Raw rows, as the reference reads them: a load inside a compacted range still counts.
+        # ("unload_context" contains "load_context", so one needle finds both tools' parts.)
+        candidates = ms.session_queries.path_messages_containing(
+            ms.namespace, session_id, "assistant", LOAD_CONTEXT
+        )
+        in_history = skills_in_history(candidates)
         return list(dict.fromkeys([*recorded, *in_history]))
 
     async def record_load(self, label: str, key: str) -> None:

@@ -115,6 +115,23 @@ class SqliteSessionQueries:
         path = [m for m in (decode_message(contents[mid]) for mid in window) if m is not None]
         return RecentHistory(apply_overlays(path, self._compactions(sid)), start > 0, sum(sizes))
 
+    def path_messages_containing(
+        self, namespace: str, session_id: str, role: str, needle: str
+    ) -> list[Message]:
+        """Raw messages (no overlays) of ``role`` on the active path whose stored JSON contains
+        ``needle``, root→leaf: the rows a skill restore must read, without decoding the rest of
+        a long history (spec §7.3, #1710)."""
+        sid = self._sid(namespace, session_id)
+        leaf = None if sid is None else self._latest_leaf_id(sid)
+        if sid is None or leaf is None:
+            return []
+        rows = self.connection.execute(
+            _PATH + "SELECT m.content FROM path JOIN messages AS m ON m.mid = path.mid "
+            "WHERE m.role = :role AND instr(m.content, :needle) > 0 ORDER BY path.depth DESC",
+            {"sid": sid, "leaf": leaf, "max_depth": MAX_DEPTH - 1, "role": role, "needle": needle},
+        ).fetchall()
+        return [m for m in decode_messages([r[0] for r in rows]) if m is not None]
+
     def row_stats(self, namespace: str, session_id: str) -> list[dict[str, Any]]:
         """``{id, role, bytes}`` of the active path, root→leaf, without content."""
         sid = self._sid(namespace, session_id)

@@ -480,6 +480,27 @@ async def test_skills_loaded_by_the_app_are_restored_from_history(
     assert after.get_loaded_skill_keys() == set()
 
 
+async def test_restore_reads_raw_rows_of_the_active_path_only(
+    ms: Memstream, skills_dir: Path
+) -> None:
+    # Given a load stored in history and then hidden inside a compacted range (§7.3: raw rows)
+    session = ms.session("raw-rows")
+    await session.append_message(msg("u1", "be a pirate"))
+    await session.append_message(assistant("a1", load_part("skills", "pirate", PIRATE, "c1")))
+    await session.append_message(msg("u2", "thanks"))
+    await session.add_compaction("the user asked for a pirate", "u1", "u2")
+    (overlay,) = await session.get_history()
+    assert overlay["id"].startswith("compaction_")
+    # And a load on a branch that is not the active path, and a user message naming the tool
+    await session.append_message(assistant("b1", load_part("skills", "tax", "taxes", "c2")), "u1")
+    await session.append_message(msg("u3", 'I typed "load_context" myself'), "u2")
+    # When a session object with the skill block is first used
+    restored = skill_session(ms, "raw-rows", skills_dir)
+    await restored.get_latest_leaf()
+    # Then only the load on the active path counts, though an overlay hides it
+    assert restored.get_loaded_skill_keys() == {"skills:pirate"}
+
+
 async def test_a_skill_block_added_later_restores_loaded_skills(
     ms: Memstream, skills_dir: Path
 ) -> None:
