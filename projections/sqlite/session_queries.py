@@ -13,11 +13,11 @@ from memstream.projections.search_query import to_fts5
 MAX_DEPTH = 10_000
 
 _PATH = """
-WITH RECURSIVE path (mid, parent_id, depth) AS (
-    SELECT mid, parent_id, 0 FROM messages WHERE sid = :sid AND id = :leaf
+WITH RECURSIVE path (mid, parent_mid, depth) AS (
+    SELECT mid, parent_mid, 0 FROM messages WHERE sid = :sid AND id = :leaf
     UNION ALL
-    SELECT m.mid, m.parent_id, path.depth + 1
-    FROM path JOIN messages AS m ON m.sid = :sid AND m.id = path.parent_id
+    SELECT m.mid, m.parent_mid, path.depth + 1
+    FROM path JOIN messages AS m ON m.mid = path.parent_mid
     WHERE path.depth < :max_depth
 )
 """

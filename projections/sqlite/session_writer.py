@@ -67,8 +67,9 @@ def _insert(connection: sqlite3.Connection, sid: int, write: InsertMessage) -> N
     # One statement: the domain never appends an existing id (keep the first content if it
     # did), and a message re-appended after a delete adopts the orphans that point at it.
     cursor = connection.execute(
-        "INSERT INTO messages (sid, id, parent_id, role, content, bytes, position, created_at, "
-        "child_count) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+        "INSERT INTO messages (sid, id, parent_id, parent_mid, role, content, bytes, position, "
+        "created_at, child_count) VALUES (?1, ?2, ?3, "
+        "(SELECT mid FROM messages WHERE sid = ?1 AND id = ?3), ?4, ?5, ?6, ?7, ?8, "
         "(SELECT count(*) FROM messages WHERE sid = ?1 AND parent_id = ?2)) "
         "ON CONFLICT (sid, id) DO NOTHING",
         (
@@ -84,15 +85,21 @@ def _insert(connection: sqlite3.Connection, sid: int, write: InsertMessage) -> N
     )
     if cursor.rowcount != 1:
         return
+    mid = cursor.lastrowid
     if write.parent_id is not None:
         connection.execute(
             "UPDATE messages SET child_count = child_count + 1 WHERE sid = ? AND id = ?",
             (sid, write.parent_id),
         )
+    # Orphans left by a delete of this id point at it again (rare: only after a delete).
+    connection.execute(
+        "UPDATE messages SET parent_mid = ? WHERE sid = ? AND parent_id = ? AND parent_mid IS NULL",
+        (mid, sid, write.message_id),
+    )
     if write.text:
         connection.execute(
             "INSERT INTO messages_fts (rowid, text, scope) VALUES (?, ?, ?)",
-            (cursor.lastrowid, write.text, sid),
+            (mid, write.text, sid),
         )
 
 
@@ -124,6 +131,10 @@ def _delete(connection: sqlite3.Connection, sid: int, message_id: str) -> None:
     mid, parent_id = row
     connection.execute("DELETE FROM messages_fts WHERE rowid = ?", (mid,))
     connection.execute("DELETE FROM messages WHERE mid = ?", (mid,))
+    # Children keep their parent id but lose the link: a later row may reuse this rowid.
+    connection.execute(
+        "UPDATE messages SET parent_mid = NULL WHERE sid = ? AND parent_id = ?", (sid, message_id)
+    )
     if parent_id is not None:
         connection.execute(
             "UPDATE messages SET child_count = child_count - 1 WHERE sid = ? AND id = ?",

@@ -94,6 +94,34 @@ def fts_rows(store: Store) -> int:
 # -- schema --------------------------------------------------------------------------------------
 
 
+def test_version_4_links_existing_messages_to_their_parent_rows() -> None:
+    # Given a version-3 database with a branch and an orphan (its parent deleted)
+    connection = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(connection, target=3)
+    connection.execute(
+        "INSERT INTO session_keys (sid, namespace, session_id) VALUES (1, 'ns', 's')"
+    )
+    rows = [("r", None), ("a", "r"), ("b", "r"), ("c", "b"), ("o", "gone")]
+    for position, (message_id, parent_id) in enumerate(rows):
+        connection.execute(
+            "INSERT INTO messages (sid, id, parent_id, role, content, bytes, position, created_at) "
+            "VALUES (1, ?, ?, 'user', ?, 0, ?, '')",
+            (message_id, parent_id, json.dumps(msg(message_id)), position),
+        )
+    # When it is migrated to the current version
+    migrate(connection)
+    # Then each message links to its parent's row, and paths read as before
+    links = dict(
+        connection.execute(
+            "SELECT m.id, p.id FROM messages AS m LEFT JOIN messages AS p ON p.mid = m.parent_mid"
+        ).fetchall()
+    )
+    assert links == {"r": None, "a": "r", "b": "r", "c": "b", "o": None}
+    queries = SqliteSessionQueries(connection)
+    assert [m["id"] for m in queries.history("ns", "s", "c")] == ["r", "b", "c"]
+    assert [m["id"] for m in queries.history("ns", "s", "o")] == ["o"]
+
+
 def test_migrate_is_idempotent(store: Store) -> None:
     # Given a migrated database, when migrated again, nothing changes
     version = store.connection.execute("PRAGMA user_version").fetchone()[0]
@@ -185,6 +213,21 @@ def test_reappend_after_delete_keeps_orphans_consistent(store: Store) -> None:
     # Then m2 hangs under it again, and m2 is still the leaf (m1 has a child)
     assert store.history() == ["m0", "m1", "m2"]
     assert store.queries.message(NS, "s", "m1") == msg("m1", "again")
+
+
+def test_a_reused_row_id_never_becomes_a_parent(store: Store) -> None:
+    # Given p → c, where p was deleted and appended again: p now has the highest row id
+    store.append("p")
+    store.append("c", "p")
+    store.do(lambda s: s.delete_messages(["p"]))
+    store.append("p", None, text="again")
+    assert store.history("c") == ["p", "c"]
+    # When p is deleted again and a new message takes over its row id
+    store.do(lambda s: s.delete_messages(["p"]))
+    store.append("q", None)
+    # Then c's path still ends at c: it does not link to the row that now holds q
+    assert store.history("c") == ["c"]
+    assert store.history("q") == ["q"]
 
 
 def test_clear_removes_messages_overlays_and_search_rows_of_that_session_only(
