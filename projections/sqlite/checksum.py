@@ -15,6 +15,10 @@ _QUERIES: dict[str, tuple[str, ...]] = {
         "JOIN messages AS m ON m.mid = f.rowid JOIN session_keys AS k ON k.sid = m.sid "
         "ORDER BY k.namespace, k.session_id, m.position",
         "SELECT count(*) FROM messages_fts",
+        # The row links, by id (row ids themselves may differ between two builds)
+        "SELECT k.namespace, k.session_id, m.id, p.id FROM messages AS m "
+        "JOIN session_keys AS k ON k.sid = m.sid LEFT JOIN messages AS p ON p.mid = m.parent_mid "
+        "ORDER BY k.namespace, k.session_id, m.position",
         "SELECT k.namespace, k.session_id, c.id, c.summary, c.from_message_id, c.to_message_id, "
         "c.position, c.created_at FROM compactions AS c JOIN session_keys AS k ON k.sid = c.sid "
         "ORDER BY k.namespace, k.session_id, c.position",
