@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from memstream.domain.errors import InvalidInputError
 
@@ -59,8 +60,10 @@ def subject_for(prefix: str, namespace: str, aggregate: str, identifier: str) ->
     return str(SubjectName(prefix, namespace, aggregate, identifier))
 
 
+@lru_cache(maxsize=4096)
 def parse_subject(subject: str) -> SubjectName:
-    """Split a subject into its parts (the id token decoded)."""
+    """Split a subject into its parts (the id token decoded; memoised: the projector parses
+    the subject of every event for every projection)."""
     parts = subject.split(".")
     if len(parts) != 4:
         raise InvalidInputError(f"subject {subject!r} is not <prefix>.<namespace>.<kind>.<id>")
