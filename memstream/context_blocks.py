@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from memstream.domain.context import check_content, check_label, check_max_tokens
+from memstream.domain.context import check_content, check_max_tokens, joined_content
 from memstream.domain.errors import InvalidInputError, NotFoundError
 from memstream.domain.system_prompt import ContextBlock, render_system_prompt
 from memstream.providers import (
@@ -104,10 +104,6 @@ class ContextBlocks:
 
     # -- loading -------------------------------------------------------------------------------
 
-    @property
-    def loaded(self) -> bool:
-        return self._blocks is not None
-
     async def restore_skills(self) -> None:
         """Take the loaded skills recorded on the log, once, if any block is a skill block."""
         if self._skills_restored:
@@ -163,9 +159,6 @@ class ContextBlocks:
     def get_blocks(self) -> list[ContextBlock]:
         return [] if self._blocks is None else list(self._blocks.values())
 
-    def config(self, label: str) -> BlockConfig | None:
-        return self._configs.get(label)
-
     # -- writing -------------------------------------------------------------------------------
 
     def _writable(self, label: object, missing: str) -> tuple[ContextBlock, BlockConfig]:
@@ -204,8 +197,7 @@ class ContextBlocks:
         if isinstance(provider, StoredBlock):
             text = await provider.append(addition)
         else:
-            separator = "\n" if block.content and not addition.startswith("\n") else ""
-            text = block.content + separator + addition
+            text = joined_content(block.content, addition)
             check_max_tokens(label, text, config.max_tokens)
             await call(provider.set, text)
         return self._store(replace(block, content=text))
@@ -217,7 +209,6 @@ class ContextBlocks:
 
     async def add(self, config: BlockConfig) -> ContextBlock:
         """Add a block after the configured ones (the frozen prompt is not touched)."""
-        check_label(config.label)
         await self.ensure_loaded()
         if config.label in self._configs:
             raise InvalidInputError(f'Block "{config.label}" already exists')
@@ -269,18 +260,6 @@ class ContextBlocks:
             if self._prompt_store is not None:
                 await self._prompt_store.refresh(self._snapshot)
             return self._snapshot
-
-    async def current_prompt(self) -> str:
-        """The prompt a model sees now without freezing anything: the in-memory snapshot, else
-        the persisted one, else a rendering of the current blocks (§5.3)."""
-        if self._snapshot is not None:
-            return self._snapshot
-        if self._prompt_store is not None:
-            stored = await self._prompt_store.get()
-            if stored is not None:
-                return stored
-        await self.ensure_loaded()
-        return self.render()
 
     # -- skills and search ---------------------------------------------------------------------
 

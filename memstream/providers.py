@@ -22,7 +22,6 @@ from memstream.domain.context import (
     check_key,
     check_label,
     document_id,
-    storage_key,
 )
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import SEARCH_QUERY_MAX_BYTES, check_bytes, check_chars, require_str
@@ -88,13 +87,12 @@ class StaticContext:
 
 class StoredBlock(LogBacked):
     """The built-in writable block ``label`` of a session: its content is a document on the
-    log, read from the context read model. Shown under the reference's key, ``label`` or
-    ``label_<session id>`` (§2.2)."""
+    log, read from the context read model (listed under the reference's key, ``label`` or
+    ``label_<session id>``, §2.2)."""
 
     def __init__(self, label: str, session_id: str, max_tokens: int | None = None) -> None:
         self.label = check_label(label)
         self.session_id = session_id
-        self.key = storage_key(label, session_id)
         self.max_tokens = max_tokens
         self._identity = document_id(label, session_id)
 

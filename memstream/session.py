@@ -188,10 +188,7 @@ class Session:
         Raises:
             InvalidInputError: the label exists already, or bad arguments.
         """
-        block: ContextBlock = await self._context.add(
-            block_config(label, description, max_tokens, provider)
-        )
-        return block
+        return await self._context.add(block_config(label, description, max_tokens, provider))
 
     def remove_context(self, label: str) -> bool:
         """Drop a block; ``False`` if there was none. The frozen prompt is not touched."""

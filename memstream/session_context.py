@@ -10,6 +10,7 @@ from memstream.context_state import SessionPromptStore, SessionSkillLog, reclaim
 from memstream.domain.context import check_label
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import check_int, require_str
+from memstream.domain.system_prompt import ContextBlock
 from memstream.providers import LogBacked, StoredBlock, is_skill
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ class SessionContext:
         await blocks.ensure_loaded()
         return blocks
 
-    async def add(self, config: BlockConfig) -> Any:
+    async def add(self, config: BlockConfig) -> ContextBlock:
         resolved = self.resolve(config)
         block = await (await self.blocks()).add(resolved)
         self._configs.append(resolved)

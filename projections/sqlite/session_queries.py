@@ -44,6 +44,14 @@ class SqliteSessionQueries:
         ).fetchone()
         return None if row is None else str(row[0])
 
+    def _active_path(self, namespace: str, session_id: str) -> dict[str, Any] | None:
+        """Parameters of :data:`_PATH` for the session's latest leaf (``None``: no messages)."""
+        sid = self._sid(namespace, session_id)
+        leaf = None if sid is None else self._latest_leaf_id(sid)
+        if sid is None or leaf is None:
+            return None
+        return {"sid": sid, "leaf": leaf, "max_depth": MAX_DEPTH - 1}
+
     def _resolve_leaf(self, sid: int, leaf_id: str | None) -> str | None:
         return leaf_id if leaf_id else self._latest_leaf_id(sid)
 
@@ -91,14 +99,13 @@ class SqliteSessionQueries:
         min_recent_messages: int = 1,
     ) -> RecentHistory:
         """The longest recent suffix of the active path within a byte budget (§3.10)."""
-        sid = self._sid(namespace, session_id)
-        leaf = None if sid is None else self._latest_leaf_id(sid)
-        if sid is None or leaf is None:
+        path_of = self._active_path(namespace, session_id)
+        if path_of is None:
             return RecentHistory([], False, 0)
         rows = self.connection.execute(
             _PATH + "SELECT path.mid, m.bytes FROM path JOIN messages AS m ON m.mid = path.mid "
             "ORDER BY path.depth DESC",
-            {"sid": sid, "leaf": leaf, "max_depth": MAX_DEPTH - 1},
+            path_of,
         ).fetchall()
         sizes = [int(r[1]) for r in rows]
         start = recent_window(sizes, max_content_bytes, min_recent_messages)
@@ -113,7 +120,8 @@ class SqliteSessionQueries:
             ):
                 contents[mid] = content
         path = [m for m in (decode_message(contents[mid]) for mid in window) if m is not None]
-        return RecentHistory(apply_overlays(path, self._compactions(sid)), start > 0, sum(sizes))
+        overlays = self._compactions(path_of["sid"])
+        return RecentHistory(apply_overlays(path, overlays), start > 0, sum(sizes))
 
     def path_messages_containing(
         self, namespace: str, session_id: str, role: str, needle: str
@@ -121,27 +129,25 @@ class SqliteSessionQueries:
         """Raw messages (no overlays) of ``role`` on the active path whose stored JSON contains
         ``needle``, root→leaf: the rows a skill restore must read, without decoding the rest of
         a long history (spec §7.3, #1710)."""
-        sid = self._sid(namespace, session_id)
-        leaf = None if sid is None else self._latest_leaf_id(sid)
-        if sid is None or leaf is None:
+        path_of = self._active_path(namespace, session_id)
+        if path_of is None:
             return []
         rows = self.connection.execute(
             _PATH + "SELECT m.content FROM path JOIN messages AS m ON m.mid = path.mid "
             "WHERE m.role = :role AND instr(m.content, :needle) > 0 ORDER BY path.depth DESC",
-            {"sid": sid, "leaf": leaf, "max_depth": MAX_DEPTH - 1, "role": role, "needle": needle},
+            {**path_of, "role": role, "needle": needle},
         ).fetchall()
         return [m for m in decode_messages([r[0] for r in rows]) if m is not None]
 
     def row_stats(self, namespace: str, session_id: str) -> list[dict[str, Any]]:
         """``{id, role, bytes}`` of the active path, root→leaf, without content."""
-        sid = self._sid(namespace, session_id)
-        leaf = None if sid is None else self._latest_leaf_id(sid)
-        if sid is None or leaf is None:
+        path_of = self._active_path(namespace, session_id)
+        if path_of is None:
             return []
         rows = self.connection.execute(
             _PATH + "SELECT m.id, m.role, m.bytes FROM path JOIN messages AS m "
             "ON m.mid = path.mid ORDER BY path.depth DESC",
-            {"sid": sid, "leaf": leaf, "max_depth": MAX_DEPTH - 1},
+            path_of,
         ).fetchall()
         return [{"id": r[0], "role": r[1], "bytes": r[2]} for r in rows]
 

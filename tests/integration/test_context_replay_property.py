@@ -4,24 +4,22 @@ equals a simple reference model, and equals a replay of the log into a scratch d
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
+from support.examples import run_on_fresh_stream
 
-from memstream.client import Memstream, open_memstream
+from memstream.client import Memstream
 from memstream.domain.context import joined_content
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.system_prompt import ContextBlock, render_system_prompt
 from memstream.domain.tokens import estimate_string_tokens
 from memstream.providers import SearchBlock, StaticContext
 from memstream.session import Session
-from memstream.settings import Settings
 from memstream.workers.embedded import NatsServerProcess
 from memstream.workers.rebuild import verify
 
@@ -240,22 +238,11 @@ def test_context_read_model_equals_reference_and_replay(
 ) -> None:
     # Given one nats-server for the whole run and a fresh stream and data dir per example
     example = tmp_path / f"example-{next(_counter)}"
-    settings_ = Settings(
-        data_dir=example, nats_url=nats_server.url, stream="C" + uuid.uuid4().hex[:12].upper()
-    )
 
-    async def scenario() -> None:
-        ms = await open_memstream(settings_, workers=True)
-        try:
-            # When a random program of context commands runs against it and the reference model
-            models = await _run(ms, program)
-            # Then the read model equals the reference model and a replay of the log
-            await _check(ms, models, example / "memstream.db")
-        finally:
-            # Streams on one server may not share subjects: drop this example's stream
-            if ms.projector is not None:
-                await ms.projector.stop()
-            await ms.log.js.delete_stream(settings_.stream)
-            await ms.close()
+    async def body(ms: Memstream) -> None:
+        # When a random program of context commands runs against it and the reference model
+        models = await _run(ms, program)
+        # Then the read model equals the reference model and a replay of the log
+        await _check(ms, models, example / "memstream.db")
 
-    asyncio.run(scenario())
+    run_on_fresh_stream(nats_server, example, "C", body)

@@ -3,19 +3,17 @@ log, and reads equal a simple reference model of the Session rules (spec/session
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
+from support.examples import run_on_fresh_stream
 
-from memstream.client import Memstream, open_memstream
+from memstream.client import Memstream
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError
-from memstream.settings import Settings
 from memstream.workers.embedded import NatsServerProcess
 from memstream.workers.rebuild import verify
 
@@ -243,22 +241,11 @@ def test_live_read_model_equals_replay_and_reference_model(
     event(f"program length {len(program) // 10 * 10}+")
     # Given one nats-server for the whole run and a fresh stream and data dir per example
     example = tmp_path / f"example-{next(_counter)}"
-    settings_ = Settings(
-        data_dir=example, nats_url=nats_server.url, stream="P" + uuid.uuid4().hex[:12].upper()
-    )
 
-    async def scenario() -> None:
-        ms = await open_memstream(settings_, workers=True)
-        try:
-            # When a random program of session commands runs against it and the reference model
-            models = await _run(ms, program)
-            # Then reads equal the reference model's, and the read model equals a replay
-            await _check(ms, models, example / "memstream.db")
-        finally:
-            # Streams on one server may not share subjects: drop this example's stream
-            if ms.projector is not None:
-                await ms.projector.stop()
-            await ms.log.js.delete_stream(settings_.stream)
-            await ms.close()
+    async def body(ms: Memstream) -> None:
+        # When a random program of session commands runs against it and the reference model
+        models = await _run(ms, program)
+        # Then reads equal the reference model's, and the read model equals a replay
+        await _check(ms, models, example / "memstream.db")
 
-    asyncio.run(scenario())
+    run_on_fresh_stream(nats_server, example, "P", body)
