@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from eventsourcing.domain import Aggregate
 
+from memstream.domain.aggregates import empty_aggregate, next_event
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import (
     CONTEXT_LABEL_MAX_CHARS,
@@ -29,7 +30,6 @@ CONTEXT_KEY_MAX_CHARS: Final = 321
 ENTRY_KEY_MAX_CHARS: Final = 256
 # Content travels in one event; the same bound as a message keeps it under the payload limit.
 CONTENT_MAX_BYTES: Final = MESSAGE_MAX_BYTES
-_A = TypeVar("_A", bound=Aggregate)
 
 
 def check_label(value: object) -> str:
@@ -92,21 +92,6 @@ def _aggregate_id(kind: str, namespace: str, key: str) -> uuid.UUID:
     return uuid.uuid5(_NAMESPACE, f"{namespace}\x00{kind}\x00{key}")
 
 
-def _new(cls: type[_A], aggregate_id: uuid.UUID) -> _A:
-    aggregate = cls.__new__(cls)
-    aggregate.__base_init__(aggregate_id, 0, Aggregate.Event.create_timestamp())
-    return aggregate
-
-
-def _decide(aggregate: Aggregate, event_class: type[Any], **kwargs: Any) -> Any:
-    return event_class(
-        originator_id=aggregate.id,
-        originator_version=aggregate.version + 1,
-        timestamp=event_class.create_timestamp(),
-        **kwargs,
-    )
-
-
 class ContextDocument(Aggregate):
     """The content of one built-in writable block: ``label`` of session ``session_id``."""
 
@@ -132,7 +117,7 @@ class ContextDocument(Aggregate):
         """A document with no events yet (content ``None``); ``identity`` from
         :func:`document_id`."""
         label, _, session_id = identity.partition("\x00")
-        document = _new(cls, _aggregate_id("block", namespace, identity))
+        document = empty_aggregate(cls, _aggregate_id("block", namespace, identity))
         document.label = label
         document.session_id = session_id or None
         document.content = None
@@ -145,7 +130,7 @@ class ContextDocument(Aggregate):
         if text == self.content:
             return []
         return [
-            _decide(
+            next_event(
                 self,
                 self.ContextBlockWritten,
                 key=storage_key(self.label, self.session_id),
@@ -181,7 +166,7 @@ class SearchIndex(Aggregate):
 
     @classmethod
     def empty(cls, namespace: str, key: str) -> SearchIndex:
-        index = _new(cls, _aggregate_id("search", namespace, key))
+        index = empty_aggregate(cls, _aggregate_id("search", namespace, key))
         index.key = key
         index.digests = {}
         return index
@@ -192,7 +177,9 @@ class SearchIndex(Aggregate):
         text = check_content(content)
         if self.digests.get(key) == _digest(text):
             return []
-        return [_decide(self, self.SearchEntryIndexed, key=self.key, entry_key=key, content=text)]
+        return [
+            next_event(self, self.SearchEntryIndexed, key=self.key, entry_key=key, content=text)
+        ]
 
 
 def _digest(text: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, TypeVar
 
 from eventsourcing.domain import Aggregate
 
+from memstream.domain.aggregates import empty_aggregate, next_event
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError
 from memstream.domain.limits import (
     BATCH_MAX_MESSAGES,
@@ -142,10 +143,7 @@ class Session(Aggregate):
     @classmethod
     def empty(cls, namespace: str, session_id: str) -> Session:
         """A session with no events yet (version 0); sessions begin with their first write."""
-        session = cls.__new__(cls)
-        session.__base_init__(
-            session_aggregate_id(namespace, session_id), 0, Aggregate.Event.create_timestamp()
-        )
+        session = empty_aggregate(cls, session_aggregate_id(namespace, session_id))
         session.session_id = session_id
         session.parents = {}
         session.child_counts = {}
@@ -373,15 +371,7 @@ class Session(Aggregate):
                 return
 
     def _decide(self, event_class: type[_E], **kwargs: Any) -> _E:
-        factory: Any = event_class  # the event dataclass's fields are generated at runtime
-        event: _E = factory(
-            originator_id=self.id,
-            originator_version=self.version + 1,
-            timestamp=event_class.create_timestamp(),
-            session_id=self.session_id,
-            **kwargs,
-        )
-        return event
+        return next_event(self, event_class, session_id=self.session_id, **kwargs)
 
 
 def _skill_ref(label: object, key: object) -> tuple[str, str]:
