@@ -1,8 +1,9 @@
 """Context aggregates: writable block documents and search indexes, with the reference's rules.
 
 A writable context block (the built-in provider used when a block is given none) is one
-:class:`ContextDocument` per storage key (``label`` or ``label_<session id>``, §2.2). A search
-block's entries live in one :class:`SearchIndex` per block key. Both decide on their own state, so
+:class:`ContextDocument` per (label, session id); it is shown under the reference's key,
+``label`` or ``label_<session id>`` (§2.2). A search block's entries live in one
+:class:`SearchIndex` per block key. Both decide on their own state, so
 an append or an upsert is never computed from a stale read model.
 """
 
@@ -25,7 +26,7 @@ from memstream.domain.limits import (
 from memstream.domain.tokens import estimate_string_tokens
 
 _NAMESPACE = uuid.UUID("0b5e0c3c-7d55-4a4f-9d0e-5f2b5c1f3e11")
-# Storage keys are ``label`` or ``label_<session id>``: 64 + 1 + 256 characters.
+# A search block's key (default: its label) has room for a ``label_<session id>``: 64 + 1 + 256.
 CONTEXT_KEY_MAX_CHARS: Final = 321
 ENTRY_KEY_MAX_CHARS: Final = 256
 # Content travels in one event; the same bound as a message keeps it under the payload limit.

@@ -62,9 +62,9 @@ class Session:
     ) -> Session:
         """Configure a context block; returns ``self``.
 
-        Without ``provider`` the block is the built-in writable block, stored on the log under
-        ``label`` (or ``label_<session id>`` once a session id is set). Nothing is read until
-        the session is first used.
+        Without ``provider`` the block is the built-in writable block of this session, stored on
+        the log (listed under the reference's key, ``label`` or ``label_<session id>``). Nothing
+        is read until the session is first used.
 
         Raises:
             InvalidInputError: bad label (1–64 chars), description or ``max_tokens``, or a
