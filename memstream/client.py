@@ -68,12 +68,10 @@ class Memstream:
             name: PositionWatch(name, partial(tracked_seq, connection, name), self.demand)
             for name in ("sessions", "context")
         }
-        self.sessions_position = self.positions["sessions"]
         self.last_write_seq = 0
         self.projector: ProjectorWorker | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._subjects: dict[str, str] = {}
-        self._run_workers = False
 
     def _empty_session(self, session_id: str) -> SessionAggregate:
         return SessionAggregate.empty(self.namespace, session_id)
