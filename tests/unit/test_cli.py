@@ -111,6 +111,10 @@ def test_read_commands_offer_json() -> None:
         ("events", "tail"),
         ("projections", "list"),
         ("projections", "verify"),
+        ("context", "list"),
+        ("context", "show"),
+        ("context", "set"),
+        ("prompt", "show"),
     ]
     for path in reads:
         assert "--json" in invoke(*path, "--help").output, path
@@ -118,7 +122,7 @@ def test_read_commands_offer_json() -> None:
 
 def test_no_arguments_shows_the_groups() -> None:
     result = invoke()
-    for group in ("up", "worker", "status", "sessions", "events", "projections"):
+    for group in ("up", "worker", "status", "sessions", "events", "projections", "context"):
         assert group in result.output
 
 
@@ -176,6 +180,25 @@ def test_export_rejects_reversed_sequences() -> None:
 def test_tail_rejects_sequence_zero() -> None:
     result = invoke("events", "tail", "--since-seq", "0")
     assert_user_error(result, "is 0; stream sequences start at 1")
+
+
+def test_context_set_needs_exactly_one_source_of_content(tmp_path: Path) -> None:
+    # Neither content nor --file, or both: refused before connecting
+    assert_user_error(invoke("context", "set", "memory"), "give the content or --file")
+    both = invoke("context", "set", "memory", "text", "--file", str(tmp_path / "f.txt"))
+    assert_user_error(both, "give the content or --file, not both or neither")
+    # An unreadable file names the file
+    missing = invoke("context", "set", "memory", "--file", str(tmp_path / "missing.txt"))
+    assert_user_error(missing, f"cannot read --file {tmp_path / 'missing.txt'}")
+
+
+def test_context_and_prompt_check_labels_and_session_ids_before_connecting() -> None:
+    assert_user_error(
+        invoke("context", "show", "x" * 65), "label is 65 characters; the limit is 64"
+    )
+    assert_user_error(
+        invoke("prompt", "show", "s" * 257), "session_id is 257 characters; the limit is 256"
+    )
 
 
 def test_unknown_worker_is_a_user_error() -> None:
