@@ -22,6 +22,19 @@ WITH RECURSIVE path (mid, parent_mid, depth) AS (
 )
 """
 
+# The same walk carrying each row's content along: the walk visits every row anyway, and a second
+# lookup per row to read the content after it made a 10,000-message history ~6 ms slower.
+_PATH_CONTENTS = """
+WITH RECURSIVE path (parent_mid, depth, content) AS (
+    SELECT parent_mid, 0, content FROM messages WHERE sid = :sid AND id = :leaf
+    UNION ALL
+    SELECT m.parent_mid, path.depth + 1, m.content
+    FROM path JOIN messages AS m ON m.mid = path.parent_mid
+    WHERE path.depth < :max_depth
+)
+SELECT depth, content FROM path
+"""
+
 
 class SqliteSessionQueries:
     """Read side of sessions; every method is one short read transaction."""
@@ -57,8 +70,7 @@ class SqliteSessionQueries:
 
     def _path_contents(self, sid: int, leaf: str) -> list[str]:
         rows = self.connection.execute(
-            _PATH + "SELECT path.depth, m.content FROM path JOIN messages AS m ON m.mid = path.mid",
-            {"sid": sid, "leaf": leaf, "max_depth": MAX_DEPTH - 1},
+            _PATH_CONTENTS, {"sid": sid, "leaf": leaf, "max_depth": MAX_DEPTH - 1}
         ).fetchall()
         # Root first. Sorted here on the unique depths: an ORDER BY would copy every content
         # string through SQLite's sorter (a 10,000-message history reads 12% faster this way).
