@@ -57,16 +57,18 @@ def encode_event(
 ) -> tuple[bytes, dict[str, str]]:
     """Return the payload and headers of one event's NATS message."""
     stored = mapper().to_stored_event(event)
-    headers = stored_headers(stored, meta, msg_id)
+    headers = stored_headers(stored, meta, msg_id, event.timestamp.isoformat())
     headers[H_CLASS_VERSION] = str(getattr(type(event), "class_version", 1))
-    headers[H_TIMESTAMP] = event.timestamp.isoformat()
     return stored.state, headers
 
 
-def stored_headers(stored: StoredEvent, meta: CommandMeta, msg_id: str) -> dict[str, str]:
+def stored_headers(
+    stored: StoredEvent, meta: CommandMeta, msg_id: str, timestamp: str | None = None
+) -> dict[str, str]:
     """Headers for a stored event (shared by the domain path and the eventsourcing adapter).
 
-    No class-version header here: a recorder stores events of classes it need not know (the
+    ``timestamp`` is the event's own time (our events carry one); without it, now. No
+    class-version header here: a recorder stores events of classes it need not know (the
     version travels in the payload state); :func:`encode_event` adds it for our own events.
     """
     return {
@@ -77,7 +79,7 @@ def stored_headers(stored: StoredEvent, meta: CommandMeta, msg_id: str) -> dict[
         H_CAUSATION_ID: meta.causation_id or meta.command_id,
         H_CORRELATION_ID: meta.correlation_id or meta.command_id,
         H_ACTOR: meta.actor,
-        H_TIMESTAMP: datetime.now(UTC).isoformat(),
+        H_TIMESTAMP: timestamp or datetime.now(UTC).isoformat(),
         H_MSG_ID: msg_id,
     }
 
