@@ -160,6 +160,21 @@ def test_chain_history_and_latest_leaf(store: Store) -> None:
     assert store.history("nope") == []
 
 
+def test_walks_longer_than_the_depth_limit_stop_at_the_same_row(store: Store) -> None:
+    # Given a chain of 10,003 messages (§1.3: paths are walked at most 10,000 rows deep)
+    for start in range(0, 10_003, 500):
+        end = min(start + 500, 10_003)
+        store.do(lambda s, a=start, b=end: s.append_messages([msg(f"m{i}") for i in range(a, b)]))
+    # Then history, path length and the row stats all end at the leaf and stop 10,000 rows up
+    expected = [f"m{i}" for i in range(3, 10_003)]
+    assert store.history() == expected
+    assert store.queries.path_length(NS, "s") == 10_000
+    assert [r["id"] for r in store.queries.row_stats(NS, "s")] == expected
+    # And the content walked along is each row's own message
+    assert store.queries.history(NS, "s", "m9")[-1] == msg("m9")
+    assert len(store.history("m9")) == 10
+
+
 def test_branches_in_log_order_and_the_latest_branch_is_the_leaf(store: Store) -> None:
     # Given m1 → m2, then m2b and m2c under m1
     store.append("m1")
