@@ -74,8 +74,8 @@ def default_projections() -> list[Projection]:
     return [SessionProjection(), ContextProjection()]
 
 
-class _Rewound(Exception):
-    """The read model's tracked position went backwards (a rebuild started)."""
+class ReadModelRewound(Exception):
+    """The read model's tracked position went backwards (it was dropped for a rebuild)."""
 
 
 @dataclass
@@ -95,8 +95,15 @@ def apply_batch(
     projections: Sequence[Projection],
     entries: Sequence[LogEntry],
     stats: ProjectorStats,
+    *,
+    committed: int | None = None,
 ) -> int:
     """Apply entries in one transaction; return the highest sequence now tracked.
+
+    ``committed`` is the lowest position the caller knows it committed before. When the read
+    model is behind it inside this transaction (another process dropped it to rebuild it),
+    nothing is written and :class:`ReadModelRewound` is raised: applying the batch would mark
+    everything before it as done in the emptied model.
 
     A failing event is retried by the caller (the transaction rolls back); after
     ``MAX_ATTEMPTS`` failures, or at once when it cannot be decoded, it is recorded as a dead
@@ -107,6 +114,8 @@ def apply_batch(
     connection.execute("BEGIN IMMEDIATE")
     try:
         positions = {p.name: tracked_seq(connection, p.name) for p in projections}
+        if committed is not None and positions and min(positions.values()) < committed:
+            raise ReadModelRewound(f"read model at {min(positions.values())}, was at {committed}")
         for entry in entries:
             pending = [p for p in projections if entry.seq > positions[p.name]]
             if not pending:
@@ -261,7 +270,7 @@ class ProjectorWorker:
                 finally:
                     with contextlib.suppress(Exception):
                         await subscription.unsubscribe()  # type: ignore[attr-defined]
-            except _Rewound:
+            except ReadModelRewound:
                 logger.info("projector %s: read model was rebuilt; re-binding", self.durable)
             except asyncio.CancelledError:
                 raise
@@ -282,8 +291,6 @@ class ProjectorWorker:
                 continue
             if len(msgs) < self.batch_size and self.linger > 0:
                 msgs += await self._linger(fetch, self.batch_size - len(msgs))
-            if self.start_position() - 1 < self._committed:
-                raise _Rewound  # someone dropped the read model to rebuild it
             entries = [
                 LogEntry(m.metadata.sequence.stream, m.subject, m.data, dict(m.headers or {}))
                 for m in msgs
@@ -317,7 +324,15 @@ class ProjectorWorker:
         delay = 0.05
         while True:
             try:
-                return apply_batch(self.connection, self.projections, entries, self.stats)
+                return apply_batch(
+                    self.connection,
+                    self.projections,
+                    entries,
+                    self.stats,
+                    committed=self._committed,  # someone may have dropped it to rebuild it
+                )
+            except ReadModelRewound:
+                raise
             except Exception:
                 self.stats.transient_failures += 1
                 logger.exception(

@@ -10,7 +10,7 @@ from nats.js import api
 from memstream.client import Memstream, open_memstream
 from memstream.domain.session import Session as SessionAggregate
 from memstream.projections.sqlite.checksum import checksum
-from memstream.projections.sqlite.database import open_database, tracked_seq
+from memstream.projections.sqlite.database import drop_projection, open_database, tracked_seq
 from memstream.settings import Settings
 from memstream.workers.codec import CommandMeta, encode_event
 from memstream.workers.embedded import NatsServerProcess
@@ -23,6 +23,7 @@ from memstream.workers.event_log import (
 )
 from memstream.workers.projector import (
     ProjectorStats,
+    ReadModelRewound,
     ProjectorWorker,
     apply_batch,
     default_projections,
@@ -184,6 +185,35 @@ async def test_committed_but_unacknowledged_batch_is_skipped_when_redelivered(
         assert (stats.applied, stats.skipped) == (9, 7)
         assert tracked_seq(connection, "sessions") == 9
         # Then the result equals the live read model that saw every event once
+        await ms.wait_for_sessions()
+        assert checksum(connection, "sessions") == checksum(ms.database, "sessions")
+    finally:
+        connection.close()
+
+
+async def test_a_batch_landing_after_a_rebuild_dropped_the_read_model_writes_nothing(
+    ms: Memstream, tmp_path: Path
+) -> None:
+    # Given a projector that committed the first events of the log to a read model
+    session = ms.session("s")
+    for i in range(8):
+        await session.append_message(_message(f"m{i}", f"text {i}"))
+    entries = await _read_all(ms.log)
+    connection = open_database(tmp_path / "rewound.db")
+    try:
+        stats = ProjectorStats()
+        assert apply_batch(connection, default_projections(), entries[:5], stats) == 5
+        # When another process drops the read model to rebuild it, and the projector's next
+        # batch (fetched before the drop) reaches the database after it
+        drop_projection(connection, "sessions")
+        emptied = checksum(connection, "sessions")
+        with pytest.raises(ReadModelRewound):
+            apply_batch(connection, default_projections(), entries[5:], stats, committed=5)
+        # Then the batch wrote nothing: the emptied model does not claim events 1-5 as done
+        assert tracked_seq(connection, "sessions") == 0
+        assert checksum(connection, "sessions") == emptied
+        # And a rebuild from the start yields the live read model
+        assert apply_batch(connection, default_projections(), entries, stats) == 8
         await ms.wait_for_sessions()
         assert checksum(connection, "sessions") == checksum(ms.database, "sessions")
     finally:
