@@ -10,7 +10,7 @@ import typer
 from memstream import InvalidInputError, ProjectionLagError
 from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import emit_json, note, show_history, show_hits
-from memstream.domain.limits import SEARCH_LIMIT_MAX, SEARCH_QUERY_MAX_BYTES, check_bytes, check_int
+from memstream.domain.limits import SEARCH_LIMIT_MAX, check_int, search_query
 from memstream.domain.session import OMITTED
 
 app = typer.Typer(no_args_is_help=True, help="Read and write sessions (trees of messages).")
@@ -63,17 +63,19 @@ def search(
     Example: memstream sessions search "tram OR ferry" --session demo --limit 5
     """
     settings = settings_of(ctx)
-    check_bytes("query", query, minimum=0, maximum=SEARCH_QUERY_MAX_BYTES)
     check_int("limit", limit, minimum=1, maximum=SEARCH_LIMIT_MAX)
+    text = search_query(query)  # None: matches nothing (over 4 KiB)
 
     async def main() -> list[dict[str, Any]]:
         async with connected(settings) as ms:
+            if text is None:
+                return []
             await ms.sync("sessions")
             if session is not None:
                 hits = await ms.session(session).search(query, limit)
                 return [{"session_id": session, **hit} for hit in hits]
             await ms.wait_for_sessions()
-            return ms.session_queries.search(ms.namespace, None, query, limit)
+            return ms.session_queries.search(ms.namespace, None, text, limit)
 
     hits = run(main())
     if as_json:

@@ -72,6 +72,23 @@ def check_int(name: str, value: object, *, minimum: int, maximum: int) -> int:
     return value
 
 
+def search_query(value: object) -> str | None:
+    """A search query to run, or ``None`` for one that matches nothing.
+
+    Any string is a query (spec Part A.5): only a non-string is refused. A query over
+    ``SEARCH_QUERY_MAX_BYTES`` matches nothing rather than being cut (cutting could widen an
+    AND of terms); lone surrogates, which no stored text can contain, separate words like any
+    other character that is not a letter or digit.
+    """
+    text = require_str("query", value)
+    if text.isascii():
+        return text if len(text) <= SEARCH_QUERY_MAX_BYTES else None
+    encoded = text.encode("utf-8", "surrogatepass")
+    if len(encoded) > SEARCH_QUERY_MAX_BYTES:
+        return None
+    return encoded.decode("utf-8", "replace")  # a lone surrogate becomes U+FFFD (x3)
+
+
 def check_namespace(value: object) -> str:
     """Validate a namespace name: 1–32 characters of ``[a-z0-9_-]``."""
     name = check_chars("namespace", value, minimum=1, maximum=NAMESPACE_MAX_CHARS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import date, time
 from typing import Any
 
 from memstream.domain.errors import InvalidInputError
@@ -46,12 +47,21 @@ def normalize_message(message: object) -> Message:
 def encode_message(message: Message) -> str:
     """Return the canonical JSON of a message, checking the 1 MiB limit.
 
+    Dates and datetimes anywhere in it (such as ``created_at``) are stored as ISO 8601 strings
+    and come back as strings, as ``JSON.stringify`` does in the reference (spec §1.1).
+
     Raises:
         InvalidInputError: the message is not JSON-serialisable, holds a lone surrogate, or is
             larger than 1 MiB.
     """
     try:
-        text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(
+            message,
+            ensure_ascii=False,
+            separators=(",", ":"),
+            allow_nan=False,
+            default=_iso_date,
+        )
     except (TypeError, ValueError) as error:
         raise InvalidInputError(f"message {message.get('id')!r} is not JSON: {error}") from None
     size = utf8_size(f"message {str(message.get('id'))[:64]!r}", text)
@@ -61,6 +71,12 @@ def encode_message(message: Message) -> str:
             f"the limit is {MESSAGE_MAX_BYTES}"
         )
     return text
+
+
+def _iso_date(value: object) -> str:
+    if isinstance(value, date | time):
+        return value.isoformat()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def decode_message(text: str) -> Message | None:

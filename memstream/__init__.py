@@ -11,13 +11,16 @@ from memstream.domain.errors import (
     ProjectionLagError,
     UnavailableError,
 )
+from memstream.domain.messages import COMPACTION_PREFIX, is_compaction_message
 from memstream.domain.system_prompt import ContextBlock
+from memstream.domain.tokens import estimate_message_tokens, estimate_string_tokens
 from memstream.projections.recent_history import RecentHistory
 from memstream.providers import DirectorySkillProvider, SearchBlock, StaticContext
 from memstream.session import Session
 from memstream.settings import Settings
 
 __all__ = [
+    "COMPACTION_PREFIX",
     "ConcurrencyError",
     "ContextBlock",
     "DirectorySkillProvider",
@@ -36,4 +39,7 @@ __all__ = [
     "ToolSet",
     "UnavailableError",
     "connect",
+    "estimate_message_tokens",
+    "estimate_string_tokens",
+    "is_compaction_message",
 ]

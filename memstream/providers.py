@@ -24,7 +24,7 @@ from memstream.domain.context import (
     document_id,
 )
 from memstream.domain.errors import InvalidInputError
-from memstream.domain.limits import SEARCH_QUERY_MAX_BYTES, check_bytes, check_chars, require_str
+from memstream.domain.limits import check_chars, require_str, search_query
 
 if TYPE_CHECKING:
     from memstream.client import Memstream
@@ -146,8 +146,8 @@ class SearchBlock(LogBacked):
         return f"{count} entries indexed." if count else None
 
     async def search(self, query: str) -> str | None:
-        text = check_bytes("query", query, minimum=0, maximum=SEARCH_QUERY_MAX_BYTES)
-        if not text.strip():
+        text = search_query(query)
+        if text is None or not text.strip():
             return None
         ms = self.ms
         await ms.wait_for("context")
@@ -176,18 +176,11 @@ def _split_front_matter(text: str) -> tuple[str | None, str]:
     return description, text[match.end() :]
 
 
-def _first_line(body: str) -> str | None:
-    for line in body.splitlines():
-        stripped = line.strip().lstrip("#").strip()
-        if stripped:
-            return stripped
-    return None
-
-
 class DirectorySkillProvider:
     """Skills from a folder of text/markdown files: key = relative path without extension,
-    description from ``description:`` front matter or else the first line. ``keys`` (non-empty)
-    is an allow-list for ``get`` and ``load``; ``set`` writes ``<key>.md`` regardless.
+    description from ``description:`` front matter (the file's metadata: a file without one lists
+    as ``- key``, as in the reference's R2 provider). ``keys`` (non-empty) is an allow-list for
+    ``get`` and ``load``; ``set`` writes ``<key>.md`` regardless.
 
     When several files share a key (``a.md``, ``a.txt``), the first suffix of ``.md``,
     ``.markdown``, ``.txt`` wins, for the listing and for ``load`` alike.
@@ -229,8 +222,7 @@ class DirectorySkillProvider:
         for key, file in self._files().items():
             if not self._allowed(key):
                 continue
-            description, body = _split_front_matter(_read(file))
-            description = description or _first_line(body)
+            description = _split_front_matter(_read(file))[0]
             lines.append(f"- {key}: {description}" if description else f"- {key}")
         return "\n".join(lines) or None
 

@@ -12,11 +12,10 @@ from memstream.ai_tools import ToolSet, context_tools
 from memstream.domain.errors import InvalidInputError, MemstreamError
 from memstream.domain.limits import (
     SEARCH_LIMIT_MAX,
-    SEARCH_QUERY_MAX_BYTES,
-    check_bytes,
     check_int,
     check_session_id,
     require_str,
+    search_query,
 )
 from memstream.domain.messages import Message
 from memstream.domain.session import OMITTED
@@ -279,11 +278,11 @@ class Session:
         queries = await self._queries()
         return list(queries.row_stats(self._ms.namespace, self._session_id))
 
-    async def get_message(self, message_id: str) -> Message | None:
+    async def get_message(self, id: str) -> Message | None:  # design.md names it ``id``
         """One message by id, or ``None``."""
-        require_str("message_id", message_id)
+        require_str("id", id)
         queries = await self._queries()
-        result: Message | None = queries.message(self._ms.namespace, self._session_id, message_id)
+        result: Message | None = queries.message(self._ms.namespace, self._session_id, id)
         return result
 
     async def get_latest_leaf(self) -> Message | None:
@@ -312,16 +311,18 @@ class Session:
     async def search(self, query: str, limit: int = 20) -> list[dict[str, Any]]:
         """Full-text search in this session (web-search syntax), best match first.
 
-        Returns ``[{id, role, content, created_at}]``; a query with nothing searchable returns
-        ``[]``.
+        Returns ``[{id, role, content, created_at}]``. Any string is a query: one with nothing
+        searchable in it, or over 4 KiB, returns ``[]``.
 
         Raises:
-            InvalidInputError: ``query`` is not a string or longer than 4 KiB; bad ``limit``.
+            InvalidInputError: ``query`` is not a string; ``limit`` is not 1–500.
         """
-        check_bytes("query", query, minimum=0, maximum=SEARCH_QUERY_MAX_BYTES)
         check_int("limit", limit, minimum=1, maximum=SEARCH_LIMIT_MAX)
+        text = search_query(query)
+        if text is None:
+            return []
         queries = await self._queries()
-        hits = queries.search(self._ms.namespace, self._session_id, query, limit)
+        hits = queries.search(self._ms.namespace, self._session_id, text, limit)
         return [{k: h[k] for k in ("id", "role", "content", "created_at")} for h in hits]
 
 

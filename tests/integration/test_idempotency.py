@@ -23,8 +23,8 @@ from memstream.workers.event_log import (
 )
 from memstream.workers.projector import (
     ProjectorStats,
-    ReadModelRewound,
     ProjectorWorker,
+    ReadModelRewound,
     apply_batch,
     default_projections,
 )

@@ -6,6 +6,8 @@ client's own last write, so no test sleeps.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from support.messages import ids, msg
 
@@ -37,6 +39,7 @@ async def test_tree_basics_on_one_session(ms: Memstream) -> None:
     assert leaf is not None
     assert leaf["parts"][0]["text"] == "m message m2"
     assert await session.get_message("m1") == msg("m1")
+    assert await session.get_message(id="m1") == msg("m1")  # design.md's parameter name
     assert await session.get_message("nope") is None
     # And a falsy leaf id means the latest leaf
     assert ids(await session.get_history("")) == ["m1", "m2"]
@@ -268,6 +271,28 @@ async def test_messages_round_trip_verbatim(ms: Memstream) -> None:
     assert isinstance(leaf["id"], str)
     assert leaf["id"]
     assert leaf["parts"] == [{"type": "text", "text": "no id"}]
+    # And datetimes (a created_at, or deeper) come back as ISO 8601 strings (spec §1.1)
+    stamp = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    await session.append_message(
+        {
+            "id": "d1",
+            "role": "user",
+            "parts": [],
+            "created_at": stamp,
+            "meta": {"day": stamp.date()},
+        }
+    )
+    assert await session.get_message("d1") == {
+        "id": "d1",
+        "role": "user",
+        "parts": [],
+        "created_at": "2024-05-01T12:00:00+00:00",
+        "meta": {"day": "2024-05-01"},
+    }
+    # But other objects that are not JSON are refused by name, without writing
+    with pytest.raises(InvalidInputError, match="'x1' is not JSON: Object of type set"):
+        await session.append_message({"id": "x1", "role": "user", "parts": [], "tags": {1}})
+    assert await session.get_message("x1") is None
 
 
 async def test_append_messages_is_one_atomic_chain(ms: Memstream) -> None:

@@ -9,6 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memstream.domain.errors import InvalidInputError
+from memstream.domain.limits import SEARCH_QUERY_MAX_BYTES, search_query
 from memstream.projections.search_query import (
     MAX_CLAUSES,
     Clause,
@@ -209,3 +211,18 @@ def test_any_text_compiles_to_none_or_valid_fts5(query: str) -> None:
         return
     # Then FTS5 parses and runs it (raising sqlite3.OperationalError would fail the test)
     _FTS.execute("SELECT count(*) FROM t WHERE t MATCH ?", (expression,)).fetchone()
+
+
+def test_any_string_is_a_query_and_over_4_kib_matches_nothing() -> None:
+    # A string up to the limit is searched as given; one byte more matches nothing
+    assert search_query("a" * SEARCH_QUERY_MAX_BYTES) == "a" * SEARCH_QUERY_MAX_BYTES
+    assert search_query("a" * (SEARCH_QUERY_MAX_BYTES + 1)) is None
+    assert search_query("é" * (SEARCH_QUERY_MAX_BYTES // 2)) == "é" * (SEARCH_QUERY_MAX_BYTES // 2)
+    assert search_query("é" * (SEARCH_QUERY_MAX_BYTES // 2) + "a") is None  # counted in bytes
+    # A lone surrogate becomes U+FFFD characters, which separate words like any non-letter
+    cleaned = search_query("cat\ud800dog")
+    assert cleaned == "cat\ufffd\ufffd\ufffddog"  # one per byte of its 3-byte encoding
+    assert words(cleaned) == ["cat", "dog"]
+    # Only a non-string is refused, by name
+    with pytest.raises(InvalidInputError, match="query must be a string, not int"):
+        search_query(42)
