@@ -1,4 +1,4 @@
-"""``memstream events ...``: the log as an audit trail (tail, export as JSONL)."""
+"""``memstream events ...``: the log as an audit trail (tail, show one, export as JSONL)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from memstream import InvalidInputError
+from memstream import InvalidInputError, NotFoundError
 from memstream.cli.context import connected, run, settings_of, until_signal
-from memstream.cli.output import emit_jsonl, event_line, note
-from memstream.workers.audit import EventQuery, read_events, tail_events
+from memstream.cli.output import emit_json, emit_jsonl, event_line, note, show_fields
+from memstream.workers.audit import AuditEvent, EventQuery, read_events, tail_events
 
 app = typer.Typer(no_args_is_help=True, help="Read the log: every change, with who and why.")
 
@@ -73,6 +73,37 @@ def tail(
                     typer.echo(event_line(event))
 
     run(until_signal(main()) if follow else main())
+
+
+@app.command("show")
+def show(
+    ctx: typer.Context,
+    seq: Annotated[int, typer.Argument(help="Stream sequence of the event.", show_default=False)],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (as export).")] = False,
+) -> None:
+    """Show one event: its subject, stored time, type, audit headers and payload.
+
+    Example: memstream events show 42 --json
+    """
+    settings = settings_of(ctx)
+    if seq < 1:
+        raise InvalidInputError(f"sequence is {seq}; stream sequences start at 1")
+    query = EventQuery(from_seq=seq, to_seq=seq)
+
+    async def main() -> AuditEvent:
+        async with connected(settings, workers=False) as ms:
+            async for event in read_events(ms.log, query):
+                return event
+            last = await ms.log.stream_last_seq()
+        raise NotFoundError(f"no event at sequence {seq}; the log's last sequence is {last}")
+
+    event = run(main())
+    if as_json:
+        emit_json(event.as_json())
+    else:
+        fields = event.as_json()
+        payload, headers = fields.pop("payload"), fields.pop("headers")
+        show_fields({**fields, **headers, "payload": payload})
 
 
 @app.command("export")

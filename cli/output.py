@@ -82,6 +82,34 @@ def show_history(session_id: str, messages: Sequence[Message]) -> None:
     stdout().print(table)
 
 
+def show_sessions(sessions: Sequence[dict[str, Any]]) -> None:
+    if not sessions:
+        stdout().print(Text("no sessions"))
+        return
+    table = _table(f"{len(sessions)} sessions", "session", "messages", "first", "last")
+    for row in sessions:
+        table.add_row(
+            *_cells(row["session_id"], row["messages"], row["first_at"] or "", row["last_at"] or "")
+        )
+    stdout().print(table)
+
+
+def show_fields(fields: dict[str, Any]) -> None:
+    """One ``name  value`` line per field (lists joined by commas, dicts as indented JSON)."""
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in fields.items():
+        if isinstance(value, list):
+            text = ", ".join(str(v) for v in value)
+        elif isinstance(value, dict):
+            text = json.dumps(value, ensure_ascii=False, indent=2)
+        else:
+            text = "" if value is None else str(value)
+        table.add_row(key.replace("_", " "), Text(text))
+    stdout().print(table)
+
+
 def show_hits(query: str, hits: Sequence[dict[str, Any]]) -> None:
     if not hits:
         stdout().print(Text(f"no messages match {query!r}"))

@@ -7,16 +7,89 @@ from typing import Annotated, Any
 
 import typer
 
-from memstream import InvalidInputError, ProjectionLagError
+from memstream import InvalidInputError, NotFoundError, ProjectionLagError
 from memstream.cli.context import connected, run, settings_of
-from memstream.cli.output import emit_json, note, show_history, show_hits
-from memstream.domain.limits import SEARCH_LIMIT_MAX, check_int, search_query
+from memstream.cli.output import (
+    emit_json,
+    note,
+    show_fields,
+    show_history,
+    show_hits,
+    show_sessions,
+)
+from memstream.domain.limits import SEARCH_LIMIT_MAX, check_int, check_session_id, search_query
 from memstream.domain.session import OMITTED
 
 app = typer.Typer(no_args_is_help=True, help="Read and write sessions (trees of messages).")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 SessionArg = Annotated[str, typer.Argument(help="Session id.", show_default=False)]
+
+
+@app.command("list")
+def list_sessions(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """List the namespace's sessions that have had messages, with counts and times.
+
+    Example: memstream sessions list --json
+    """
+    settings = settings_of(ctx)
+
+    async def main() -> list[dict[str, Any]]:
+        async with connected(settings) as ms:
+            await ms.sync("sessions")
+            return ms.session_queries.sessions(ms.namespace)
+
+    sessions = run(main())
+    if as_json:
+        emit_json(sessions)
+    else:
+        show_sessions(sessions)
+
+
+@app.command("show")
+def show(ctx: typer.Context, session: SessionArg, as_json: JsonFlag = False) -> None:
+    """Show one session: messages, branch tips, latest leaf and path, compactions, times,
+    context blocks, loaded skills and whether its system prompt is frozen.
+
+    Example: memstream sessions show chat-1
+    """
+    settings = settings_of(ctx)
+    check_session_id(session)
+
+    async def main() -> dict[str, Any]:
+        async with connected(settings) as ms:
+            await ms.sync("sessions")
+            await ms.sync("context")
+            namespace = ms.namespace
+            summary = ms.session_queries.summary(namespace, session)
+            blocks = ms.context_queries.blocks(namespace, session)
+            prompt = ms.context_queries.cached_prompt(namespace, session)
+            skills = ms.context_queries.loaded_skills(namespace, session)
+            if summary is None and not blocks and prompt is None and not skills:
+                raise NotFoundError(f"session {session!r} not found in namespace {namespace!r}")
+            return {
+                **(summary or {"session_id": session, **EMPTY_SUMMARY}),
+                "context_blocks": [b["label"] for b in blocks],
+                "loaded_skills": skills,
+                "prompt_frozen": prompt is not None,
+            }
+
+    details = run(main())
+    if as_json:
+        emit_json(details)
+    else:
+        show_fields(details)
+
+
+EMPTY_SUMMARY: dict[str, Any] = {
+    "messages": 0,
+    "leaves": 0,
+    "latest_leaf": None,
+    "path_length": 0,
+    "compactions": 0,
+    "first_at": None,
+    "last_at": None,
+}
 
 
 @app.command("history")

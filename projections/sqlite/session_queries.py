@@ -206,6 +206,47 @@ class SqliteSessionQueries:
         ).fetchall()
         return [m for m in (decode_message(r[0]) for r in rows) if m is not None]
 
+    def sessions(self, namespace: str) -> list[dict[str, Any]]:
+        """Every session of ``namespace`` that has had messages, by id:
+        ``{session_id, messages, first_at, last_at}`` (times ``None`` once it was cleared)."""
+        rows = self.connection.execute(
+            "SELECT k.session_id, count(m.mid), min(m.created_at), max(m.created_at) "
+            "FROM session_keys AS k LEFT JOIN messages AS m ON m.sid = k.sid "
+            "WHERE k.namespace = ? GROUP BY k.sid ORDER BY k.session_id",
+            (namespace,),
+        ).fetchall()
+        return [
+            {"session_id": r[0], "messages": r[1], "first_at": r[2], "last_at": r[3]} for r in rows
+        ]
+
+    def summary(self, namespace: str, session_id: str) -> dict[str, Any] | None:
+        """Counts and positions of one session's tree, or ``None`` if it never had messages:
+        ``{session_id, messages, leaves, latest_leaf, path_length, compactions, first_at,
+        last_at}`` (``leaves`` counts the branch tips; the path is the latest leaf's)."""
+        sid = self._sid(namespace, session_id)
+        if sid is None:
+            return None
+        messages, first_at, last_at = self.connection.execute(
+            "SELECT count(*), min(created_at), max(created_at) FROM messages WHERE sid = ?",
+            (sid,),
+        ).fetchone()
+        leaves = self.connection.execute(
+            "SELECT count(*) FROM messages WHERE sid = ? AND child_count = 0", (sid,)
+        ).fetchone()[0]
+        compactions = self.connection.execute(
+            "SELECT count(*) FROM compactions WHERE sid = ?", (sid,)
+        ).fetchone()[0]
+        return {
+            "session_id": session_id,
+            "messages": messages,
+            "leaves": leaves,
+            "latest_leaf": self._latest_leaf_id(sid),
+            "path_length": self.path_length(namespace, session_id),
+            "compactions": compactions,
+            "first_at": first_at,
+            "last_at": last_at,
+        }
+
     def message_count(self, namespace: str, session_id: str) -> int:
         """Stored messages of a session (all branches)."""
         sid = self._sid(namespace, session_id)

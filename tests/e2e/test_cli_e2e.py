@@ -140,6 +140,36 @@ def test_append_history_search_export_rebuild_verify_status(
     assert memstream(env, "events", "export", "--type", "MessagesDeleted").stdout == ""
     tail = memstream(env, "events", "tail", "-n", "2", "--json").stdout.splitlines()
     assert [json.loads(line)["seq"] for line in tail] == [2, 3]
+    # And one event is shown by its sequence, the same object as its export line
+    assert json_of(env, "events", "show", "3") == events[2]
+    shown = memstream(env, "events", "show", "3").stdout
+    assert "Session.MessageAppended" in shown
+    assert events[2]["headers"]["command_id"] in shown
+    missing = memstream(env, "events", "show", "4", expect=1)
+    assert missing.stderr == "error: no event at sequence 4; the log's last sequence is 3\n"
+
+    # And the sessions are listed, and one is shown with its tree's shape
+    listed = json_of(env, "sessions", "list")
+    assert [(s["session_id"], s["messages"]) for s in listed] == [("trip", 3)]
+    assert listed[0]["first_at"] == events[0]["headers"]["timestamp"]
+    assert listed[0]["last_at"] == events[2]["headers"]["timestamp"]
+    trip = json_of(env, "sessions", "show", "trip")
+    assert trip == {
+        "session_id": "trip",
+        "messages": 3,
+        "leaves": 2,
+        "latest_leaf": "m3",
+        "path_length": 2,
+        "compactions": 0,
+        "first_at": listed[0]["first_at"],
+        "last_at": listed[0]["last_at"],
+        "context_blocks": [],
+        "loaded_skills": [],
+        "prompt_frozen": False,
+    }
+    assert "latest leaf" in memstream(env, "sessions", "show", "trip").stdout
+    unknown = memstream(env, "sessions", "show", "nope", expect=1)
+    assert unknown.stderr == "error: session 'nope' not found in namespace 'default'\n"
 
     # When the read model is rebuilt from the log, Then it verifies equal to a scratch rebuild
     rebuilt = memstream(env, "projections", "rebuild")

@@ -60,11 +60,14 @@ def test_the_command_tree_is_complete() -> None:
         ("status",),
         ("append",),
         ("sessions",),
+        ("sessions", "list"),
+        ("sessions", "show"),
         ("sessions", "history"),
         ("sessions", "search"),
         ("sessions", "append"),
         ("events",),
         ("events", "tail"),
+        ("events", "show"),
         ("events", "export"),
         ("projections",),
         ("projections", "list"),
@@ -106,9 +109,12 @@ def test_every_command_help_shows_an_example(path: tuple[str, ...]) -> None:
 def test_read_commands_offer_json() -> None:
     reads = [
         ("status",),
+        ("sessions", "list"),
+        ("sessions", "show"),
         ("sessions", "history"),
         ("sessions", "search"),
         ("events", "tail"),
+        ("events", "show"),
         ("projections", "list"),
         ("projections", "verify"),
         ("context", "list"),
@@ -175,6 +181,12 @@ def test_export_rejects_a_time_that_is_not_iso_8601() -> None:
 def test_export_rejects_reversed_sequences() -> None:
     result = invoke("events", "export", "--from-seq", "5", "--to-seq", "2")
     assert_user_error(result, "from_seq 5 is after to_seq 2")
+
+
+def test_events_show_and_sessions_show_check_arguments_before_connecting() -> None:
+    assert_user_error(invoke("events", "show", "0"), "sequence is 0; stream sequences start at 1")
+    result = invoke("sessions", "show", "x" * 257)
+    assert_user_error(result, "session_id is 257 characters; the limit is 256")
 
 
 def test_tail_rejects_sequence_zero() -> None:

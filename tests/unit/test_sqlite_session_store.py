@@ -281,6 +281,40 @@ def test_sessions_and_namespaces_are_isolated(store: Store) -> None:
     }
 
 
+def test_session_list_and_summary_count_tips_overlays_and_times(store: Store) -> None:
+    # Given a with a branch and an overlay, b cleared, and c in another namespace
+    store.append("a1", session_id="a")
+    store.append("a2", session_id="a")
+    store.append("a3", "a1", session_id="a")
+    store.do(lambda s: s.add_compaction("sum", "a1", "a2"), "a")
+    store.append("b1", session_id="b")
+    store.do(lambda s: s.clear_messages(), "b")
+    store.do(lambda s: s.append_message(msg("c1")), "c", namespace="other")
+    times = [r[0] for r in store.connection.execute("SELECT created_at FROM messages ORDER BY mid")]
+    # When the namespace's sessions are listed, Then each once, by id, with counts and times
+    assert store.queries.sessions(NS) == [
+        {"session_id": "a", "messages": 3, "first_at": times[0], "last_at": times[2]},
+        {"session_id": "b", "messages": 0, "first_at": None, "last_at": None},
+    ]
+    assert [s["session_id"] for s in store.queries.sessions("other")] == ["c"]
+    # And a summary counts the branch tips, the latest leaf's raw path and the overlays
+    assert store.queries.summary(NS, "a") == {
+        "session_id": "a",
+        "messages": 3,
+        "leaves": 2,
+        "latest_leaf": "a3",
+        "path_length": 2,
+        "compactions": 1,
+        "first_at": times[0],
+        "last_at": times[2],
+    }
+    cleared = store.queries.summary(NS, "b")
+    assert cleared is not None
+    assert (cleared["messages"], cleared["leaves"], cleared["latest_leaf"]) == (0, 0, None)
+    assert store.queries.summary(NS, "c") is None
+    assert store.queries.summary(NS, "never") is None
+
+
 # -- writer idempotency and guards -------------------------------------------------------------
 
 
