@@ -21,6 +21,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from memstream.domain.errors import InvalidInputError, UnavailableError
+from memstream.workers import pull
 from memstream.workers.codec import (
     H_ACTOR,
     H_CAUSATION_ID,
@@ -173,8 +174,8 @@ async def read_events(
             return
         while True:
             try:
-                msgs = await subscription.fetch(
-                    batch, timeout=FOLLOW_POLL_SECONDS if follow else log.timeout
+                msgs = await pull.fetch(
+                    subscription, batch, FOLLOW_POLL_SECONDS if follow else log.timeout
                 )
             except (TimeoutError, nats.errors.TimeoutError) as error:
                 if follow:

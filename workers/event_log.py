@@ -24,6 +24,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from memstream.domain.errors import InvalidInputError, UnavailableError
+from memstream.workers import pull
 from memstream.workers.codec import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID
 
 logger = logging.getLogger(__name__)
@@ -426,7 +427,7 @@ class EventLog:
             try:
                 while True:
                     try:
-                        msgs = await psub.fetch(batch=batch, timeout=1.0)
+                        msgs = await pull.fetch(psub, batch, 1.0)
                     except (TimeoutError, nats.errors.TimeoutError):
                         continue
                     for msg in msgs:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -30,6 +31,7 @@ from memstream.projections.sqlite.database import (
     tracked_seq,
 )
 from memstream.projections.sqlite.session_writer import apply_session_writes
+from memstream.workers import pull
 from memstream.workers.codec import H_TOPIC, decode_event
 from memstream.workers.event_log import EventLog, LogEntry
 from memstream.workers.position import Demand
@@ -281,7 +283,7 @@ class ProjectorWorker:
                 await asyncio.sleep(0.25)
 
     async def _consume(self, subscription: object) -> None:
-        fetch = subscription.fetch  # type: ignore[attr-defined]
+        fetch = functools.partial(pull.fetch, subscription)
         while not self._stopping.is_set():
             try:
                 msgs: list[Msg] = await fetch(self.batch_size, timeout=0.5)

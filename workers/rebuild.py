@@ -14,6 +14,7 @@ from nats.js import api
 from memstream.domain.errors import InvalidInputError, UnavailableError
 from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import drop_projection, open_database, tracked_seq
+from memstream.workers import pull
 from memstream.workers.event_log import EventLog, LogEntry
 from memstream.workers.projector import Projection, ProjectorStats, apply_batch, default_projections
 
@@ -67,7 +68,7 @@ async def catch_up(
     try:
         while reached < until:
             try:
-                msgs = await subscription.fetch(batch=batch, timeout=log.timeout)
+                msgs = await pull.fetch(subscription, batch, log.timeout)
             except TimeoutError as error:
                 raise UnavailableError(f"log stopped at {reached} before {until}") from error
             entries = [
