@@ -7,7 +7,6 @@ is bounded by the stream's last sequence at its start unless it follows the log.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -21,7 +20,6 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from memstream.domain.errors import InvalidInputError, UnavailableError
-from memstream.workers import pull
 from memstream.workers.codec import (
     H_ACTOR,
     H_CAUSATION_ID,
@@ -35,6 +33,7 @@ from memstream.workers.codec import (
     H_TOPIC,
 )
 from memstream.workers.event_log import EventLog
+from memstream.workers.pull import Puller
 
 logger = logging.getLogger(__name__)
 
@@ -161,22 +160,18 @@ async def read_events(
         config.opt_start_seq = None
         config.opt_start_time = query.since
     try:
-        subscription = await log.js.pull_subscribe(
-            config.filter_subject or "", durable=None, stream=log.stream, config=config
-        )
+        puller, info = await Puller.create(log.client, log.stream, config)
     except nats.js.errors.BadRequestError as error:
         raise InvalidInputError(
             f"cannot read subject {config.filter_subject!r} of stream {log.stream!r}: "
             f"{error.description}"
         ) from error
     try:
-        if not follow and not (await subscription.consumer_info()).num_pending:
+        if not follow and not info.num_pending:
             return
         while True:
             try:
-                msgs = await pull.fetch(
-                    subscription, batch, FOLLOW_POLL_SECONDS if follow else log.timeout
-                )
+                msgs = await puller.fetch(batch, FOLLOW_POLL_SECONDS if follow else log.timeout)
             except (TimeoutError, nats.errors.TimeoutError) as error:
                 if follow:
                     continue
@@ -194,8 +189,7 @@ async def read_events(
                 ):
                     return
     finally:
-        with contextlib.suppress(Exception):  # the ephemeral consumer expires on its own anyway
-            await subscription.unsubscribe()
+        await puller.close()
 
 
 async def last_events(log: EventLog, query: EventQuery, count: int) -> tuple[list[AuditEvent], int]:

@@ -24,8 +24,8 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from memstream.domain.errors import InvalidInputError, UnavailableError
-from memstream.workers import pull
 from memstream.workers.codec import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID
+from memstream.workers.pull import Puller
 
 logger = logging.getLogger(__name__)
 
@@ -418,16 +418,14 @@ class EventLog:
                 mem_storage=True,
             )
             try:
-                psub = await self.js.pull_subscribe(
-                    subject, durable=None, stream=self.stream, config=config
-                )
+                puller, _ = await Puller.create(self.client, self.stream, config)
             except _TRANSIENT:
                 await asyncio.sleep(0.25)
                 continue
             try:
                 while True:
                     try:
-                        msgs = await pull.fetch(psub, batch, 1.0)
+                        msgs = await puller.fetch(batch, 1.0)
                     except (TimeoutError, nats.errors.TimeoutError):
                         continue
                     for msg in msgs:
@@ -436,7 +434,4 @@ class EventLog:
             except _TRANSIENT:
                 await asyncio.sleep(0.25)  # consumer lost with the connection: recreate it
             finally:
-                try:
-                    await psub.unsubscribe()
-                except Exception:
-                    logger.debug("unsubscribe of a follower failed", exc_info=True)
+                await puller.close()

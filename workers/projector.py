@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -31,10 +30,10 @@ from memstream.projections.sqlite.database import (
     tracked_seq,
 )
 from memstream.projections.sqlite.session_writer import apply_session_writes
-from memstream.workers import pull
 from memstream.workers.codec import H_TOPIC, decode_event
 from memstream.workers.event_log import EventLog, LogEntry
 from memstream.workers.position import Demand
+from memstream.workers.pull import Puller
 from memstream.workers.subjects import parse_subject
 
 logger = logging.getLogger(__name__)
@@ -221,7 +220,7 @@ class ProjectorWorker:
         """First stream sequence not yet applied by every projection."""
         return min(tracked_seq(self.connection, p.name) for p in self.projections) + 1
 
-    async def _bind(self) -> object:
+    async def _bind(self) -> Puller:
         js = self.log.js
         start = self.start_position()
         try:
@@ -243,7 +242,7 @@ class ProjectorWorker:
                     filter_subject=f"{self.log.subject_prefix}.>",
                 ),
             )
-        return await js.pull_subscribe_bind(self.durable, self.log.stream)
+        return await Puller.bind(self.log.client, self.log.stream, self.durable)
 
     def start(self) -> None:
         """Run in the background of the current event loop."""
@@ -266,12 +265,11 @@ class ProjectorWorker:
                 self._committed = self.start_position() - 1
                 if self.on_commit:
                     self.on_commit(self._committed)
-                subscription = await self._bind()
+                puller = await self._bind()
                 try:
-                    await self._consume(subscription)
+                    await self._consume(puller)
                 finally:
-                    with contextlib.suppress(Exception):
-                        await subscription.unsubscribe()  # type: ignore[attr-defined]
+                    await puller.close()
             except ReadModelRewound:
                 logger.info("projector %s: read model was rebuilt; re-binding", self.durable)
             except asyncio.CancelledError:
@@ -282,8 +280,8 @@ class ProjectorWorker:
                 logger.warning("projector %s lost NATS; retrying", self.durable, exc_info=True)
                 await asyncio.sleep(0.25)
 
-    async def _consume(self, subscription: object) -> None:
-        fetch = functools.partial(pull.fetch, subscription)
+    async def _consume(self, puller: Puller) -> None:
+        fetch = puller.fetch
         while not self._stopping.is_set():
             try:
                 msgs: list[Msg] = await fetch(self.batch_size, timeout=0.5)
@@ -315,7 +313,10 @@ class ProjectorWorker:
         if demand is None or demand.waiters:
             return []
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(demand.event.wait(), self.linger)
+            async with asyncio.timeout(self.linger):
+                await demand.event.wait()
+        if demand.event.is_set():
+            return []  # a reader arrived: commit now (fetching more would cost it ~1 ms)
         try:
             more: list[Msg] = await fetch(room, timeout=0.001)
         except (TimeoutError, nats.errors.TimeoutError):

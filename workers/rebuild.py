@@ -14,9 +14,9 @@ from nats.js import api
 from memstream.domain.errors import InvalidInputError, UnavailableError
 from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import drop_projection, open_database, tracked_seq
-from memstream.workers import pull
 from memstream.workers.event_log import EventLog, LogEntry
 from memstream.workers.projector import Projection, ProjectorStats, apply_batch, default_projections
+from memstream.workers.pull import Puller
 
 Progress = Callable[[int, int], None]
 
@@ -60,15 +60,13 @@ async def catch_up(
         inactive_threshold=60.0,
         mem_storage=True,
     )
-    subscription = await log.js.pull_subscribe(
-        f"{log.subject_prefix}.>", durable=None, stream=log.stream, config=config
-    )
+    puller, _ = await Puller.create(log.client, log.stream, config)
     stats = ProjectorStats()
     reached = start - 1
     try:
         while reached < until:
             try:
-                msgs = await pull.fetch(subscription, batch, log.timeout)
+                msgs = await puller.fetch(batch, log.timeout)
             except TimeoutError as error:
                 raise UnavailableError(f"log stopped at {reached} before {until}") from error
             entries = [
@@ -84,7 +82,7 @@ async def catch_up(
             if progress:
                 progress(min(reached, until), until)
     finally:
-        await subscription.unsubscribe()
+        await puller.close()
     return min(reached, until)
 
 

@@ -1,4 +1,4 @@
-"""``workers.pull.fetch`` on a real nats-server: the same batches as nats-py's fetch, in order,
+"""``workers.pull.Puller`` on a real nats-server: the same batches as nats-py's fetch, in order,
 without losing or repeating a message across fetches, and bounded in time."""
 
 from __future__ import annotations
@@ -6,16 +6,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import nats.errors
+import nats.js.errors
 import pytest
 from nats.aio.client import Client
 from nats.js import api
 
-from memstream.workers import pull
 from memstream.workers.embedded import NatsServerProcess
 from memstream.workers.event_log import connect_nats
+from memstream.workers.pull import Puller
 
 STREAM = "PULLTEST"
 
@@ -28,13 +28,12 @@ async def client(nats_server: NatsServerProcess) -> AsyncIterator[Client]:
     await nc.close()
 
 
-async def _consumer(nc: Client, durable: str) -> Any:
-    return await nc.jetstream().pull_subscribe(
-        "pt.>",
-        durable=durable,
-        stream=STREAM,
-        config=api.ConsumerConfig(ack_policy=api.AckPolicy.ALL, max_ack_pending=-1),
+async def _consumer(nc: Client, durable: str) -> Puller:
+    await nc.jetstream().add_consumer(
+        STREAM,
+        api.ConsumerConfig(durable_name=durable, ack_policy=api.AckPolicy.ALL, max_ack_pending=-1),
     )
+    return await Puller.bind(nc, STREAM, durable)
 
 
 async def _publish(nc: Client, count: int, start: int = 0) -> None:
@@ -49,33 +48,31 @@ async def test_a_fetch_returns_what_is_ready_at_once_in_order(client: Client) ->
     psub = await _consumer(client, "ready")
     # When a batch of up to 100 is fetched with a long timeout
     started = time.monotonic()
-    msgs = await pull.fetch(psub, 100, 5.0)
+    msgs = await psub.fetch(100, 5.0)
     # Then the 5 come back in stream order, without waiting for the batch or the timeout
     assert [m.data for m in msgs] == [str(i).encode() for i in range(5)]
     assert [m.metadata.sequence.stream for m in msgs] == [1, 2, 3, 4, 5]
     assert time.monotonic() - started < 1.0
-    # And the subscription's pending bytes are accounted back to zero (no slow-consumer drift)
-    assert psub._sub._pending_size == 0
     # And a batch smaller than what is ready is honoured
     await _publish(client, 5, start=5)
-    assert [m.data for m in await pull.fetch(psub, 2, 5.0)] == [b"5", b"6"]
-    assert [m.data for m in await pull.fetch(psub, 10, 5.0)] == [b"7", b"8", b"9"]
+    assert [m.data for m in await psub.fetch(2, 5.0)] == [b"5", b"6"]
+    assert [m.data for m in await psub.fetch(10, 5.0)] == [b"7", b"8", b"9"]
 
 
 async def test_an_empty_consumer_times_out_after_the_timeout(client: Client) -> None:
     psub = await _consumer(client, "empty")
     started = time.monotonic()
     with pytest.raises(nats.errors.TimeoutError):
-        await pull.fetch(psub, 10, 0.3)
+        await psub.fetch(10, 0.3)
     elapsed = time.monotonic() - started
     assert 0.25 < elapsed < 1.5, elapsed
     with pytest.raises(ValueError, match="must be positive"):
-        await pull.fetch(psub, 0, 1.0)
+        await psub.fetch(0, 1.0)
 
 
 async def test_a_message_published_while_waiting_is_returned(client: Client) -> None:
     psub = await _consumer(client, "waiting")
-    fetching = asyncio.create_task(pull.fetch(psub, 50, 5.0))
+    fetching = asyncio.create_task(psub.fetch(50, 5.0))
     await asyncio.sleep(0.2)
     assert not fetching.done()
     await _publish(client, 1)
@@ -97,7 +94,7 @@ async def test_fetches_beside_a_writer_see_every_message_once_in_order(client: C
     seen: list[int] = []
     while len(seen) < 1500:
         try:
-            msgs = await pull.fetch(psub, 7, 0.5)
+            msgs = await psub.fetch(7, 0.5)
         except nats.errors.TimeoutError:
             continue
         assert len(msgs) <= 7
@@ -108,7 +105,7 @@ async def test_fetches_beside_a_writer_see_every_message_once_in_order(client: C
     assert seen == list(range(1, 1501))
     # And nothing more is delivered: the consumer is drained and acknowledged
     with pytest.raises(nats.errors.TimeoutError):
-        await pull.fetch(psub, 7, 0.3)
+        await psub.fetch(7, 0.3)
     info = await client.jetstream().consumer_info(STREAM, "busy")
     assert (info.num_pending, info.num_ack_pending) == (0, 0)
 
@@ -116,16 +113,36 @@ async def test_fetches_beside_a_writer_see_every_message_once_in_order(client: C
 async def test_a_status_left_by_an_expired_request_does_not_end_the_next_fetch(
     client: Client,
 ) -> None:
-    # Given a fetch that timed out, whose request's "408 Request Timeout" can reach the inbox
+    # Given a fetch that timed out, whose request's "408 Request Timeout" reached the inbox
     # after the fetch returned
     psub = await _consumer(client, "stale")
     with pytest.raises(nats.errors.TimeoutError):
-        await pull.fetch(psub, 10, 0.2)
-    await asyncio.sleep(0.3)
-    # When messages arrive and the next fetch asks for more than there are
-    await _publish(client, 5)
+        await psub.fetch(10, 0.2)
+    for _ in range(100):
+        if psub._buffer:
+            break
+        await asyncio.sleep(0.01)
+    assert [m.headers and m.headers.get("Status") for m in psub._buffer] == ["408"]
+    # When a message is published while the next fetch waits for up to 10
+    fetching = asyncio.create_task(psub.fetch(10, 5.0))
+    await asyncio.sleep(0.05)
+    await _publish(client, 1)
     started = time.monotonic()
-    msgs = await pull.fetch(psub, 10, 5.0)
-    # Then the stale status is passed over: the 5 come back at once, not after the timeout
-    assert [m.data for m in msgs] == [str(i).encode() for i in range(5)]
+    msgs = await asyncio.wait_for(fetching, 6.0)
+    # Then the stale status neither ends the new request nor holds the fetch to its timeout
+    assert [m.data for m in msgs] == [b"0"]
     assert time.monotonic() - started < 1.0
+
+
+async def test_an_ephemeral_consumer_is_deleted_on_close(client: Client) -> None:
+    await _publish(client, 3)
+    config = api.ConsumerConfig(ack_policy=api.AckPolicy.NONE, inactive_threshold=30.0)
+    puller, info = await Puller.create(client, STREAM, config)
+    assert info.num_pending == 3
+    assert [m.data for m in await puller.fetch(10, 2.0)] == [b"0", b"1", b"2"]
+    await puller.close()
+    await puller.close()  # idempotent
+    with pytest.raises(nats.js.errors.NotFoundError):
+        await client.jetstream().consumer_info(STREAM, info.name)
+    with pytest.raises(nats.errors.BadSubscriptionError):
+        await puller.fetch(1, 1.0)
