@@ -80,28 +80,33 @@ class PublishResult:
     duplicate: bool
 
 
-# One header line: a name of visible ASCII (no ":"), a value; ASCII blanks around both trimmed.
-_HEADER_LINE = re.compile(
-    rb"^[ \t\v\f]*([!-9;-~]+)[ \t\v\f]*:[ \t\v\f]*([^\r\n]*?)[ \t\v\f]*\r?$", re.MULTILINE
-)
+# What ``str.isspace`` finds in an ASCII header name once ``bytes.strip`` has trimmed it.
+_NAME_SPACE = re.compile(rb"[\t\n\x0b\x0c\r\x1c-\x1f ]")
 
 
 class MemstreamNatsClient(Client):
     """nats-py's client with a faster header parser.
 
     Every event carries about a dozen headers, and nats-py 2.16 parses them line by line and
-    checks each name for whitespace one character at a time through a generator: about 58 µs
-    per received message, more than the projector's whole SQLite work for it. One regex pass
-    over the block gives the same headers (names with whitespace or non-ASCII bytes are
-    skipped, values are trimmed, the last of a repeated name wins).
+    checks each name for whitespace one character at a time through a generator (31 µs for
+    our 11 headers here). This gives the same headers with one regex search per name instead
+    (17 µs): lines split at CRLF and at their first ":", names and values trimmed, names with
+    whitespace or non-ASCII bytes skipped, values decoded with replacement, the last of a
+    repeated name wins.
     """
 
     @staticmethod
     def _parse_header_lines(raw: bytes) -> dict[str, str]:
-        return {
-            name.decode("ascii"): value.decode("utf-8", "replace")
-            for name, value in _HEADER_LINE.findall(raw)
-        }
+        headers: dict[str, str] = {}
+        for line in raw.split(b"\r\n"):
+            name, colon, value = line.partition(b":")
+            if not colon:
+                continue
+            name = name.strip()
+            if not name.isascii() or _NAME_SPACE.search(name):
+                continue
+            headers[name.decode("ascii")] = value.strip().decode("utf-8", "replace")
+        return headers
 
 
 async def connect_nats(

@@ -24,6 +24,28 @@ def test_typical_event_headers_parse_the_same() -> None:
 
 
 @settings(max_examples=300)
+@given(st.binary(max_size=200))
+def test_any_bytes_parse_the_same(raw: bytes) -> None:
+    # Whatever the block holds (control bytes, bare LF, non-ASCII names, missing colons)
+    assert MemstreamNatsClient._parse_header_lines(raw) == Client._parse_header_lines(raw)
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([b"Name", b" N\x1ce ", b"A b", b"\xc3\xa9", b"", b"\tT\x0b"]),
+            st.binary(max_size=20),
+        ),
+        max_size=8,
+    )
+)
+def test_odd_names_and_byte_values_parse_the_same(pairs: list[tuple[bytes, bytes]]) -> None:
+    raw = b"".join(n + b":" + v + b"\r\n" for n, v in pairs) + b"\r\n"
+    assert MemstreamNatsClient._parse_header_lines(raw) == Client._parse_header_lines(raw)
+
+
+@settings(max_examples=300)
 @given(st.lists(st.tuples(_names, _values), max_size=12))
 def test_any_well_formed_header_block_parses_the_same(pairs: list[tuple[str, str]]) -> None:
     # Given header lines as NATS sends them (names without ":"; values without line breaks)
