@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from memstream.cli.demo import DemoResult
+from memstream.projections.sqlite.checksum import Difference
 from memstream.workers.audit import AuditEvent
 from memstream.workers.rebuild import VerifyResult
 from memstream.workers.status import PlatformStatus, ProjectionStatus
@@ -191,9 +192,30 @@ def verify_json(
             "rebuilt": r.rebuilt,
             "comparable": comparable[r.projection],
             "ok": r.ok if comparable[r.projection] else None,
+            "difference": _difference_json(r.difference) if comparable[r.projection] else None,
         }
         for r in results
     ]
+
+
+DIFFERENCE_VALUE_CHARS = 200
+
+
+def _short(value: object) -> object:
+    if isinstance(value, str) and len(value) > DIFFERENCE_VALUE_CHARS:
+        return value[:DIFFERENCE_VALUE_CHARS] + f"… ({len(value)} characters)"
+    return value
+
+
+def _difference_json(difference: Difference | None) -> dict[str, Any] | None:
+    """Where a live read model first differs from its rebuild (long values shortened)."""
+    if difference is None:
+        return None
+    return {
+        "part": difference.part,
+        "live": None if difference.live is None else [_short(v) for v in difference.live],
+        "rebuilt": None if difference.rebuilt is None else [_short(v) for v in difference.rebuilt],
+    }
 
 
 def show_verify(results: Sequence[VerifyResult], comparable: dict[str, bool]) -> None:
@@ -211,6 +233,12 @@ def show_verify(results: Sequence[VerifyResult], comparable: dict[str, bool]) ->
         )
         table.add_row(*_cells(r.projection, r.seq, r.live[:16], r.rebuilt[:16], verdict))
     stdout().print(table)
+    for r in results:
+        found = _difference_json(r.difference) if comparable[r.projection] else None
+        if found is not None:
+            stdout().print(Text(f"{r.projection}: first difference in {found['part']}"))
+            stdout().print(Text(f"  live:    {json.dumps(found['live'], ensure_ascii=False)}"))
+            stdout().print(Text(f"  rebuilt: {json.dumps(found['rebuilt'], ensure_ascii=False)}"))
 
 
 def event_line(event: AuditEvent) -> str:

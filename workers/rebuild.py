@@ -12,7 +12,7 @@ from pathlib import Path
 from nats.js import api
 
 from memstream.domain.errors import InvalidInputError, UnavailableError
-from memstream.projections.sqlite.checksum import checksum
+from memstream.projections.sqlite.checksum import Difference, checksum, first_difference
 from memstream.projections.sqlite.database import drop_projection, open_database, tracked_seq
 from memstream.workers.event_log import EventLog, LogEntry
 from memstream.workers.projector import Projection, ProjectorStats, apply_batch, default_projections
@@ -23,12 +23,14 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True, slots=True)
 class VerifyResult:
-    """Outcome of comparing a live read model with a scratch rebuild at the same sequence."""
+    """Outcome of comparing a live read model with a scratch rebuild at the same sequence;
+    ``difference`` says where they first differ when the checksums do."""
 
     projection: str
     seq: int
     live: str
     rebuilt: str
+    difference: Difference | None = None
 
     @property
     def ok(self) -> bool:
@@ -140,14 +142,21 @@ async def verify(
             scratch = open_database(Path(scratch_dir) / "scratch.db")
             try:
                 await catch_up(log, scratch, projections, until=target, progress=progress)
-                return [
-                    VerifyResult(p.name, target, checksum(live, p.name), checksum(scratch, p.name))
-                    for p in projections
-                ]
+                return [_compare(live, scratch, p.name, target) for p in projections]
             finally:
                 scratch.close()
     finally:
         live.close()
+
+
+def _compare(
+    live: sqlite3.Connection, scratch: sqlite3.Connection, projection: str, seq: int
+) -> VerifyResult:
+    live_sum, rebuilt_sum = checksum(live, projection), checksum(scratch, projection)
+    difference = None
+    if live_sum != rebuilt_sum:
+        difference = first_difference(live, scratch, projection)
+    return VerifyResult(projection, seq, live_sum, rebuilt_sum, difference)
 
 
 def _apply_like_projector(

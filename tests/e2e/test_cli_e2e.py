@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -336,3 +337,29 @@ def test_up_serves_other_commands_until_sigterm(tmp_path: Path) -> None:
     # And `up` stops cleanly on SIGTERM and releases the data dir
     assert code == 0, log.read_text()
     assert not (data_dir / "runtime.json").exists()
+
+
+def test_verify_exits_1_and_shows_where_a_tampered_read_model_differs(
+    cli_env: dict[str, str], projector: subprocess.Popen[str]
+) -> None:
+    env = cli_env
+    memstream(env, "append", "audit", "--id", "a1", "--text", "the original words")
+    memstream(env, "append", "audit", "--id", "a2", "--text", "more words")
+    # When a stored message is changed in SQLite behind the projector's back
+    database = Path(env["MEMSTREAM_DATA_DIR"]) / "memstream.db"
+    with sqlite3.connect(database) as tamper:
+        tamper.execute("UPDATE messages SET role = 'forged' WHERE id = 'a1'")
+    # Then verify exits 1, names the projection, and shows the first differing rows
+    shown = memstream(env, "projections", "verify", expect=1)
+    assert shown.stderr.strip().splitlines()[-1] == "error: checksums differ for sessions"
+    assert "sessions: first difference in messages" in shown.stdout
+    assert '"forged"' in shown.stdout
+    found = json.loads(memstream(env, "projections", "verify", "--json", expect=1).stdout)
+    sessions, context = found
+    assert (sessions["ok"], context["ok"], context["difference"]) == (False, True, None)
+    assert sessions["difference"]["part"] == "messages"
+    assert sessions["difference"]["live"][2:5] == ["a1", None, "forged"]
+    assert sessions["difference"]["rebuilt"][2:5] == ["a1", None, "user"]
+    # And a rebuild from the log repairs it
+    memstream(env, "projections", "rebuild")
+    assert all(v["ok"] for v in json_of(env, "projections", "verify"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import sqlite3
 import subprocess
@@ -24,7 +25,7 @@ from memstream.settings import Settings
 from memstream.workers.codec import CommandMeta, encode_event
 from memstream.workers.embedded import NatsServerProcess, free_port
 from memstream.workers.event_log import OutgoingMessage
-from memstream.workers.rebuild import verify
+from memstream.workers.rebuild import rebuild, verify
 
 PROJECTOR_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "projector_process.py"
 TOTAL_MESSAGES = 20_000
@@ -268,3 +269,37 @@ async def test_poison_events_are_dead_lettered_and_the_projector_keeps_going(
     assert [r.projection for r in results] == ["sessions", "context"]
     assert all(r.ok for r in results), results
     assert {r.seq for r in results} == {await ms.log.stream_last_seq()}
+
+
+async def test_verify_finds_a_read_model_changed_behind_the_projectors_back(
+    ms: Memstream, settings: Settings
+) -> None:
+    # Given a session projected live, and a read model that verifies
+    session = ms.session("audited")
+    for i in range(5):
+        await session.append_message(_message(i))
+    await ms.wait_for_sessions()
+    database = settings.data_dir / "memstream.db"
+    assert all(r.ok and r.difference is None for r in await verify(ms.log, database))
+    # When a message row is edited directly in SQLite (not through the log)
+    tamper = sqlite3.connect(database, isolation_level=None)
+    try:
+        tamper.execute("UPDATE messages SET content = '{\"id\":\"forged\"}' WHERE id = 'm00002'")
+    finally:
+        tamper.close()
+    # Then verify reports the sessions read model as different from its rebuild, says where,
+    # and the context read model, untouched, still verifies
+    sessions, context = await verify(ms.log, database)
+    assert (sessions.projection, sessions.ok, context.ok) == ("sessions", False, True)
+    assert sessions.live != sessions.rebuilt
+    assert sessions.difference is not None
+    assert sessions.difference.part == "messages"
+    assert sessions.difference.live is not None
+    assert sessions.difference.rebuilt is not None
+    assert sessions.difference.live[:6] == ("default", "audited", "m00002", "m00001", "assistant",
+                                            '{"id":"forged"}')  # fmt: skip
+    assert json.loads(sessions.difference.rebuilt[5]) == _message(2)
+    # And a rebuild from the log repairs it
+    await rebuild(ms.log, database)
+    assert all(r.ok for r in await verify(ms.log, database))
+    assert await session.get_message("m00002") == _message(2)

@@ -13,7 +13,10 @@ from typer.testing import CliRunner, Result
 from memstream import InvalidInputError
 from memstream.cli.app import app
 from memstream.cli.events import parse_time
+from memstream.cli.output import verify_json
+from memstream.projections.sqlite.checksum import Difference
 from memstream.workers.audit import AuditEvent, EventQuery
+from memstream.workers.rebuild import VerifyResult
 
 # No MEMSTREAM_* setting of the environment running the tests leaks into a command.
 CLEAN_ENV: dict[str, str | None] = dict.fromkeys(
@@ -261,3 +264,37 @@ def test_since_filter_drops_older_events() -> None:
     query = EventQuery(since=now)
     assert query.matches(event_of("t", now))
     assert not query.matches(event_of("t", now - timedelta(seconds=1)))
+
+
+def test_verify_json_shows_where_it_differs_with_long_values_shortened() -> None:
+    long = "x" * 1000
+    results = [
+        VerifyResult("sessions", 7, "a" * 64, "b" * 64, Difference("messages", ("s", long), None)),
+        VerifyResult("context", 7, "c" * 64, "c" * 64),
+    ]
+    assert verify_json(results, {"sessions": True, "context": True}) == [
+        {
+            "projection": "sessions",
+            "seq": 7,
+            "live": "a" * 64,
+            "rebuilt": "b" * 64,
+            "comparable": True,
+            "ok": False,
+            "difference": {
+                "part": "messages",
+                "live": ["s", "x" * 200 + "… (1000 characters)"],
+                "rebuilt": None,
+            },
+        },
+        {
+            "projection": "context",
+            "seq": 7,
+            "live": "c" * 64,
+            "rebuilt": "c" * 64,
+            "comparable": True,
+            "ok": True,
+            "difference": None,
+        },
+    ]
+    # A live model that is elsewhere (at another sequence) is not compared at all
+    assert verify_json(results[:1], {"sessions": False})[0]["difference"] is None

@@ -22,6 +22,7 @@ from memstream.projections.session_writes import (
     UpdateMessage,
     project_session_event,
 )
+from memstream.projections.sqlite.checksum import checksum, first_difference
 from memstream.projections.sqlite.database import migrate
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 from memstream.projections.sqlite.session_writer import apply_session_writes
@@ -313,6 +314,55 @@ def test_session_list_and_summary_count_tips_overlays_and_times(store: Store) ->
     assert (cleared["messages"], cleared["leaves"], cleared["latest_leaf"]) == (0, 0, None)
     assert store.queries.summary(NS, "c") is None
     assert store.queries.summary(NS, "never") is None
+
+
+def test_checksums_and_first_difference_find_a_tampered_or_missing_row() -> None:
+    # Given two builds of the same events (the second a copy of the first)
+    store = Store()
+    store.append("m1")
+    store.append("m2", text="second")
+    store.do(lambda s: s.add_compaction("sum", "m1", "m2"))
+    live = store.connection
+    rebuilt = sqlite3.connect(":memory:", isolation_level=None)
+    live.backup(rebuilt)
+    try:
+        # Then they agree
+        assert checksum(live, "sessions") == checksum(rebuilt, "sessions")
+        assert first_difference(live, rebuilt, "sessions") is None
+        # When one build's message content is changed behind the projector's back
+        live.execute("UPDATE messages SET content = '{}' WHERE id = 'm2'")
+        # Then the checksums differ and the difference names the part and both rows
+        assert checksum(live, "sessions") != checksum(rebuilt, "sessions")
+        found = first_difference(live, rebuilt, "sessions")
+        assert found is not None
+        assert found.part == "messages"
+        assert found.live is not None
+        assert found.rebuilt is not None
+        assert found.live[:3] == found.rebuilt[:3] == (NS, "s", "m2")
+        assert (found.live[5], json.loads(found.rebuilt[5])["id"]) == ("{}", "m2")
+        # When a search row is missing instead, the difference is found in the search text
+        live.execute("UPDATE messages SET content = ? WHERE id = 'm2'", (found.rebuilt[5],))
+        live.execute("DELETE FROM messages_fts WHERE rowid = (SELECT mid FROM messages "
+                     "WHERE id = 'm1')")  # fmt: skip
+        found = first_difference(live, rebuilt, "sessions")
+        assert found is not None
+        assert (found.part, found.live, found.rebuilt) == (
+            "message search text",
+            (NS, "s", "m2", "second"),
+            (NS, "s", "m1", "text of m1"),
+        )
+        # When a compaction is missing on one side, that side has no row
+        live.execute("INSERT INTO messages_fts (rowid, text, scope) SELECT mid, 'text of m1', sid "
+                     "FROM messages WHERE id = 'm1'")  # fmt: skip
+        live.execute("DELETE FROM compactions")
+        found = first_difference(live, rebuilt, "sessions")
+        assert found is not None
+        assert (found.part, found.live) == ("compactions", None)
+        assert found.rebuilt is not None
+        assert found.rebuilt[3:6] == ("sum", "m1", "m2")
+    finally:
+        store.connection.close()
+        rebuilt.close()
 
 
 # -- writer idempotency and guards -------------------------------------------------------------
