@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from nats.js import JetStreamContext, api
 
 from memstream.domain.errors import InvalidInputError, UnavailableError
 from memstream.workers.codec import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID
+from memstream.workers.nats_client import MemstreamNatsClient
 from memstream.workers.pull import Puller
 
 logger = logging.getLogger(__name__)
@@ -78,35 +78,6 @@ class PublishResult:
 
     seq: int
     duplicate: bool
-
-
-# What ``str.isspace`` finds in an ASCII header name once ``bytes.strip`` has trimmed it.
-_NAME_SPACE = re.compile(rb"[\t\n\x0b\x0c\r\x1c-\x1f ]")
-
-
-class MemstreamNatsClient(Client):
-    """nats-py's client with a faster header parser.
-
-    Every event carries about a dozen headers, and nats-py 2.16 parses them line by line and
-    checks each name for whitespace one character at a time through a generator (31 µs for
-    our 11 headers here). This gives the same headers with one regex search per name instead
-    (17 µs): lines split at CRLF and at their first ":", names and values trimmed, names with
-    whitespace or non-ASCII bytes skipped, values decoded with replacement, the last of a
-    repeated name wins.
-    """
-
-    @staticmethod
-    def _parse_header_lines(raw: bytes) -> dict[str, str]:
-        headers: dict[str, str] = {}
-        for line in raw.split(b"\r\n"):
-            name, colon, value = line.partition(b":")
-            if not colon:
-                continue
-            name = name.strip()
-            if not name.isascii() or _NAME_SPACE.search(name):
-                continue
-            headers[name.decode("ascii")] = value.strip().decode("utf-8", "replace")
-        return headers
 
 
 async def connect_nats(
