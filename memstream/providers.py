@@ -176,11 +176,18 @@ def _split_front_matter(text: str) -> tuple[str | None, str]:
     return description, text[match.end() :]
 
 
+def _first_line(body: str) -> str | None:
+    for line in body.splitlines():
+        stripped = line.strip().lstrip("#").strip()
+        if stripped:
+            return stripped
+    return None
+
+
 class DirectorySkillProvider:
     """Skills from a folder of text/markdown files: key = relative path without extension,
-    description from ``description:`` front matter (the file's metadata: a file without one lists
-    as ``- key``, as in the reference's R2 provider). ``keys`` (non-empty) is an allow-list for
-    ``get`` and ``load``; ``set`` writes ``<key>.md`` regardless.
+    description from ``description:`` front matter or else the first line. ``keys`` (non-empty)
+    is an allow-list for ``get`` and ``load``; ``set`` writes ``<key>.md`` regardless.
 
     When several files share a key (``a.md``, ``a.txt``), the first suffix of ``.md``,
     ``.markdown``, ``.txt`` wins, for the listing and for ``load`` alike.
@@ -222,7 +229,8 @@ class DirectorySkillProvider:
         for key, file in self._files().items():
             if not self._allowed(key):
                 continue
-            description = _split_front_matter(_read(file))[0]
+            description, body = _split_front_matter(_read(file))
+            description = description or _first_line(body)
             lines.append(f"- {key}: {description}" if description else f"- {key}")
         return "\n".join(lines) or None
 

@@ -93,7 +93,7 @@ async def test_skill_block_lists_skills_and_offers_load_tools(
     assert prompt == (
         f"{SEP}\nSOUL [readonly]\n{SEP}\nYou are helpful.\n\n"
         f"{SEP}\nSKILLS (Skills) [loadable]\n{SEP}\n"
-        "- code-review\n- pirate: Talk like a pirate"
+        "- code-review: Code review\n- pirate: Talk like a pirate"
     )
     # And the writable folder gives set_context, load_context and unload_context
     tools = await session.tools()
@@ -237,7 +237,7 @@ async def test_set_context_writes_skill_files_by_title(ms: Memstream, skills_dir
     block = session.get_context_block("skills")
     assert block is not None
     assert sorted(block.content.splitlines()) == [
-        "- code-review",
+        "- code-review: Code review",
         "- pirate-style: Pirate style",
         "- pirate: Talk like a pirate",
     ]

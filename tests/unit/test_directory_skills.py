@@ -1,8 +1,7 @@
 """DirectorySkillProvider on a temporary folder (spec §7.1, the R2SkillProvider rules for files).
 
-Key = path relative to the folder without its extension; description only from ``description:``
-front matter (a file without it lists as ``- key``, as an R2 object without description metadata
-does); ``keys`` is an allow-list for ``get`` and ``load``; ``set`` writes
+Key = path relative to the folder without its extension; description from ``description:`` front
+matter, else the first line; ``keys`` is an allow-list for ``get`` and ``load``; ``set`` writes
 ``<key>.md`` and ignores the allow-list; keys never reach outside the folder.
 """
 
@@ -52,8 +51,10 @@ async def test_keys_are_relative_paths_without_extension(tmp_path: Path) -> None
     # When the listing is read
     listing = await provider.get()
     # Then each skill is one line "- key: description", keys by relative path, sorted; the
-    # description comes from front matter only (a heading or first line is not one)
-    assert listing == "- finance/tax\n- notes/todo\n- pirate: Talk like a pirate"
+    # description comes from front matter or else the first non-empty line (heading marks gone)
+    assert listing == (
+        "- finance/tax: Tax workflows\n- notes/todo: Things to do\n- pirate: Talk like a pirate"
+    )
     # And load returns the body without the front matter, addressed by the same keys
     assert await provider.load("pirate") == "Arr.\n"
     assert await provider.load("finance/tax") == "# Tax workflows\n\nFile quarterly.\n"
@@ -95,7 +96,11 @@ async def test_allow_list_filters_listing_and_load(skills_dir: Path) -> None:
 
 
 async def test_omitted_or_empty_allow_list_exposes_everything(skills_dir: Path) -> None:
-    everything = "- bank-reconciliation: Bank reconciliation\n- hidden\n- tax: Tax workflows"
+    everything = (
+        "- bank-reconciliation: Bank reconciliation\n"
+        "- hidden: Hidden skill body\n"
+        "- tax: Tax workflows"
+    )
     assert await DirectorySkillProvider(skills_dir).get() == everything
     assert await DirectorySkillProvider(skills_dir, keys=[]).get() == everything
     assert await DirectorySkillProvider(skills_dir, keys=[]).load("hidden") == HIDDEN
@@ -127,9 +132,9 @@ async def test_set_without_description_nested_key_and_overwrite(tmp_path: Path) 
     provider = DirectorySkillProvider(root)
     # When a nested key is written without a description (the folder does not exist yet)
     await provider.set("team/review", "Check the tests first.")
-    # Then the file holds the content alone and lists with its key alone
+    # Then the file holds the content alone and lists with its first line
     assert (root / "team" / "review.md").read_text(encoding="utf-8") == "Check the tests first."
-    assert await provider.get() == "- team/review"
+    assert await provider.get() == "- team/review: Check the tests first."
     # When it is overwritten with a multi-line description
     await provider.set("team/review", "Read the diff.", "Code\nreview   steps")
     # Then the description is folded onto one line and the content replaced
