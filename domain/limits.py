@@ -41,6 +41,16 @@ def utf8_size(name: str, text: str) -> int:
         ) from None
 
 
+def storable(text: str) -> bool:
+    """Whether ``text`` can be stored at all (lone surrogates cannot be encoded as UTF-8): an id
+    that is not storable names nothing, so a read of it finds nothing."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_chars(name: str, value: object, *, minimum: int, maximum: int) -> str:
     """Check a string's length in characters against ``[minimum, maximum]``."""
     text = require_str(name, value)

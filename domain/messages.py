@@ -9,7 +9,7 @@ from datetime import date, time
 from typing import Any
 
 from memstream.domain.errors import InvalidInputError
-from memstream.domain.limits import MESSAGE_MAX_BYTES, check_message_id, utf8_size
+from memstream.domain.limits import MESSAGE_MAX_BYTES, check_message_id
 
 Message = dict[str, Any]
 COMPACTION_PREFIX = "compaction_"
@@ -34,14 +34,24 @@ def normalize_message(message: object) -> Message:
     if "id" not in stored:
         stored = {"id": uuid.uuid4().hex, **stored}
     check_message_id(stored["id"], "message id")
+    name = f"message {stored['id'][:64]!r}"
     if not isinstance(stored.get("role"), str):
-        raise InvalidInputError("message role must be a string")
+        raise InvalidInputError(f"{name} role must be a string, not {_kind(stored, 'role')}")
+    if "parts" not in stored and "content" in stored:
+        raise InvalidInputError(f"{name} content must be a string, not {_kind(stored, 'content')}")
     if not isinstance(stored.get("parts"), list):
-        raise InvalidInputError("message parts must be a list")
+        raise InvalidInputError(f"{name} parts must be a list, not {_kind(stored, 'parts')}")
     for index, part in enumerate(stored["parts"]):
         if not isinstance(part, Mapping):
-            raise InvalidInputError(f"message part {index} must be a dict")
+            raise InvalidInputError(
+                f"{name} part {index} must be a dict, not {type(part).__name__}"
+            )
     return stored
+
+
+def _kind(message: Mapping[str, Any], key: str) -> str:
+    """What a message holds under ``key``, for an error: its type name, or "missing"."""
+    return type(message[key]).__name__ if key in message else "missing"
 
 
 def encode_message(message: Message) -> str:
@@ -64,7 +74,17 @@ def encode_message(message: Message) -> str:
         )
     except (TypeError, ValueError) as error:
         raise InvalidInputError(f"message {message.get('id')!r} is not JSON: {error}") from None
-    size = utf8_size(f"message {str(message.get('id'))[:64]!r}", text)
+    except RecursionError:
+        raise InvalidInputError(
+            f"message {message.get('id')!r} is nested too deeply to be stored as JSON"
+        ) from None
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInputError(
+            f"message {str(message.get('id'))[:64]!r} is not valid Unicode: "
+            "it holds a lone surrogate"
+        ) from None
     if size > MESSAGE_MAX_BYTES:
         raise InvalidInputError(
             f"message {str(message.get('id'))[:64]!r} is {size} bytes of JSON; "

@@ -23,6 +23,7 @@ from memstream.domain.limits import (
     check_chars,
     check_message_id,
     require_str,
+    utf8_size,
 )
 from memstream.domain.messages import encode_message, normalize_message
 
@@ -225,9 +226,12 @@ class Session(Aggregate):
         parent = self._resolve_parent(parent_id, self.latest_leaf)
         pending: dict[str, str | None] = {}  # this batch's parents, for the cycle check
         entries: list[dict[str, Any]] = []
-        for message in messages:
-            stored = normalize_message(message)
-            message_json = encode_message(stored)
+        for index, message in enumerate(messages):
+            try:
+                stored = normalize_message(message)
+                message_json = encode_message(stored)
+            except InvalidInputError as error:
+                raise InvalidInputError(f"messages[{index}] of {len(messages)}: {error}") from None
             message_id: str = stored["id"]
             if message_id in self.parents or message_id in pending:
                 parent = message_id
@@ -297,6 +301,7 @@ class Session(Aggregate):
     def freeze_system_prompt(self, prompt: object) -> list[Event]:
         """Decide a freeze: the first frozen prompt wins (a later freeze decides nothing)."""
         text = require_str("prompt", prompt)
+        utf8_size("prompt", text)
         if self.frozen_prompt is not None:
             return []
         return [self._decide(self.SystemPromptFrozen, prompt=text, refreshed=False)]
@@ -304,6 +309,7 @@ class Session(Aggregate):
     def refresh_system_prompt(self, prompt: object) -> list[Event]:
         """Decide a refresh: the new rendering replaces the frozen prompt (same text: no-op)."""
         text = require_str("prompt", prompt)
+        utf8_size("prompt", text)
         if self.frozen_prompt == text:
             return []
         return [self._decide(self.SystemPromptFrozen, prompt=text, refreshed=True)]

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from memstream.domain.context import check_content, check_max_tokens, joined_content
 from memstream.domain.errors import InvalidInputError, NotFoundError
+from memstream.domain.limits import utf8_size
 from memstream.domain.system_prompt import ContextBlock, render_system_prompt
 from memstream.providers import (
     StoredBlock,
@@ -127,6 +128,8 @@ class ContextBlocks:
                 f'the provider of block "{config.label}" returned {type(content).__name__}, '
                 "not a string"
             )
+        if content is not None:
+            utf8_size(f'the content the provider of block "{config.label}" returned', content)
         return ContextBlock(
             label=config.label,
             content=content or "",
@@ -334,6 +337,7 @@ class ContextBlocks:
     async def _refresh_listing(self, block: ContextBlock, config: BlockConfig) -> None:
         listing = await call(config.provider.get)
         if isinstance(listing, str):
+            utf8_size(f'the content the provider of block "{config.label}" returned', listing)
             self._store(replace(block, content=listing))
 
     async def search(self, label: str, query: str) -> str | None:

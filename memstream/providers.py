@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,7 +80,7 @@ class StaticContext:
     """A read-only block with fixed text."""
 
     def __init__(self, text: str | None) -> None:
-        self.text = text if text is None else require_str("text", text)
+        self.text = text if text is None else check_content(text, "text")
 
     def get(self) -> str | None:
         return self.text
@@ -196,6 +197,8 @@ class DirectorySkillProvider:
     def __init__(self, path: str | Path, keys: Iterable[str] | None = None) -> None:
         if isinstance(keys, str):
             raise InvalidInputError("keys must be a list of skill keys, not a string")
+        if not isinstance(path, str | Path):
+            raise InvalidInputError(f"path must be a folder path, not {type(path).__name__}")
         self.root = Path(path)
         self.keys = frozenset(require_str("skill key", k) for k in keys or ())
 
@@ -221,6 +224,8 @@ class DirectorySkillProvider:
         """Refuse keys that would leave the folder (and keys over 256 characters)."""
         check_chars("skill key", key, minimum=1, maximum=ENTRY_KEY_MAX_CHARS)
         parts = key.split("/")
+        if "\x00" in key:
+            raise InvalidInputError("skill key must not contain NUL characters")
         if key.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in key:
             raise InvalidInputError(f"skill key {key!r} must be a relative path inside the folder")
 
@@ -241,16 +246,23 @@ class DirectorySkillProvider:
         return None if file is None else _split_front_matter(_read(file))[1]
 
     def _set(self, key: str, content: str, description: str | None) -> None:
+        # Everything is checked before the file is touched, and the file is replaced whole:
+        # a refused or failed write leaves the skill as it was.
         require_str("key", key)
         self._check_key(key)
         text = check_content(content)
+        if description:
+            one_line = " ".join(check_content(description, "description").split())
+            text = f"---\ndescription: {one_line}\n---\n{text}"
         file = self.root.joinpath(*key.split("/"))
         file = file.with_name(file.name + ".md")
         file.parent.mkdir(parents=True, exist_ok=True)
-        if description:
-            one_line = " ".join(require_str("description", description).split())
-            text = f"---\ndescription: {one_line}\n---\n{text}"
-        file.write_text(text, encoding="utf-8")
+        partial = file.with_name(f".{file.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            partial.write_text(text, encoding="utf-8")
+            partial.replace(file)
+        finally:
+            partial.unlink(missing_ok=True)
 
     async def get(self) -> str | None:
         return await asyncio.to_thread(self._listing)

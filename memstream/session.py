@@ -16,6 +16,7 @@ from memstream.domain.limits import (
     check_session_id,
     require_str,
     search_query,
+    storable,
 )
 from memstream.domain.messages import Message
 from memstream.domain.session import OMITTED
@@ -246,6 +247,8 @@ class Session:
     async def get_history(self, leaf_id: str | None = None) -> list[Message]:
         """Path root→leaf (latest leaf when ``leaf_id`` is falsy) with overlays applied."""
         leaf = _optional_id("leaf_id", leaf_id)
+        if leaf is not None and not storable(leaf):
+            return []
         queries = await self._queries()
         return list(queries.history(self._ms.namespace, self._session_id, leaf))
 
@@ -280,7 +283,8 @@ class Session:
 
     async def get_message(self, id: str) -> Message | None:  # design.md names it ``id``
         """One message by id, or ``None``."""
-        require_str("id", id)
+        if not storable(require_str("id", id)):
+            return None
         queries = await self._queries()
         result: Message | None = queries.message(self._ms.namespace, self._session_id, id)
         return result
@@ -294,12 +298,15 @@ class Session:
     async def get_path_length(self, leaf_id: str | None = None) -> int:
         """Raw messages on the path to ``leaf_id`` (latest leaf by default)."""
         leaf = _optional_id("leaf_id", leaf_id)
+        if leaf is not None and not storable(leaf):
+            return 0
         queries = await self._queries()
         return int(queries.path_length(self._ms.namespace, self._session_id, leaf))
 
     async def get_branches(self, message_id: str) -> list[Message]:
         """Children of a message in log order."""
-        require_str("message_id", message_id)
+        if not storable(require_str("message_id", message_id)):
+            return []
         queries = await self._queries()
         return list(queries.branches(self._ms.namespace, self._session_id, message_id))
 

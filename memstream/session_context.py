@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from memstream.context_blocks import BlockConfig, ContextBlocks, PromptStore, ProviderPromptStore
 from memstream.context_state import SessionPromptStore, SessionSkillLog, reclaimed
-from memstream.domain.context import check_label
+from memstream.domain.context import check_content, check_label
 from memstream.domain.errors import InvalidInputError
-from memstream.domain.limits import check_int, require_str
+from memstream.domain.limits import check_int
 from memstream.domain.system_prompt import ContextBlock
 from memstream.providers import LogBacked, StoredBlock, is_skill
 
@@ -23,7 +23,7 @@ def block_config(
     """Validate a block's configuration (label 1–64 chars, ``max_tokens`` an integer ≥ 0)."""
     checked = check_label(label)
     if description is not None:
-        require_str("description", description)
+        check_content(description, "description")  # a string of ≤ 1 MiB, valid Unicode
     if max_tokens is not None:
         check_int("max_tokens", max_tokens, minimum=0, maximum=2**31)
     if provider is not None and not callable(getattr(provider, "get", None)):

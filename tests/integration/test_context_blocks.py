@@ -733,6 +733,21 @@ async def test_provider_returning_a_non_string_is_refused(ms: Memstream) -> None
     assert (await session.execute_tool("set_context", {})).startswith("Error: ")
 
 
+async def test_text_that_cannot_be_stored_is_refused_where_it_comes_in(ms: Memstream) -> None:
+    before = await ms.log.stream_last_seq()
+    # A static block's text, a block's description (lone surrogates: not valid Unicode)
+    with pytest.raises(InvalidInputError, match="text is not valid Unicode"):
+        StaticContext("hi \ud800")
+    with pytest.raises(InvalidInputError, match="description is not valid Unicode"):
+        ms.session("odd").with_context("soul", description="d\udfff")
+    # And what a provider returns, named by its block, before anything is frozen
+    provider = ReadonlyProvider("fine \ud800")
+    session = ms.session("odd").with_context("soul", provider=provider).with_cached_prompt()
+    with pytest.raises(InvalidInputError, match='provider of block "soul" returned is not valid'):
+        await session.freeze_system_prompt()
+    assert await ms.log.stream_last_seq() == before
+
+
 async def test_tools_return_error_strings_for_bad_arguments(ms: Memstream) -> None:
     session = ms.session("bad-args").with_context("memory")
     tools = await session.tools()

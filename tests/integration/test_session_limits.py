@@ -7,6 +7,7 @@ A refused command raises the documented error (``InvalidInputError`` or
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sqlite3
@@ -52,6 +53,8 @@ async def session(ms: Memstream) -> Session:
     return s
 
 
+DEEP = functools.reduce(lambda inner, _: [inner], range(100_000), [])  # a list 100,000 deep
+
 BAD_MESSAGES: list[tuple[str, object, object, type[Exception], str]] = [
     ("oversized JSON", sized("m9", MESSAGE_MAX_BYTES + 1), OMITTED, InvalidInputError,
      "limit is 1048576"),
@@ -65,23 +68,27 @@ BAD_MESSAGES: list[tuple[str, object, object, type[Exception], str]] = [
     ("a list", [msg("x")], OMITTED, InvalidInputError, "must be a dict"),
     ("None", None, OMITTED, InvalidInputError, "must be a dict"),
     ("parts not a list", {"id": "x", "role": "user", "parts": "hi"}, OMITTED, InvalidInputError,
-     "parts must be a list"),
+     "message 'x' parts must be a list, not str"),
     ("parts missing", {"id": "x", "role": "user"}, OMITTED, InvalidInputError,
-     "parts must be a list"),
+     "message 'x' parts must be a list, not missing"),
     ("part not a dict", {"id": "x", "role": "user", "parts": ["hi"]}, OMITTED, InvalidInputError,
-     "part 0"),
+     "message 'x' part 0 must be a dict, not str"),
     ("role not a string", {"id": "x", "role": None, "parts": []}, OMITTED, InvalidInputError,
-     "role"),
-    ("role missing", {"id": "x", "parts": []}, OMITTED, InvalidInputError, "role"),
+     "message 'x' role must be a string, not NoneType"),
+    ("role missing", {"id": "x", "parts": []}, OMITTED, InvalidInputError,
+     "message 'x' role must be a string, not missing"),
     ("chat content not a string", {"id": "x", "role": "user", "content": 5}, OMITTED,
-     InvalidInputError, "parts"),
+     InvalidInputError, "message 'x' content must be a string, not int"),
+    ("nested too deeply", {**msg("x"), "deep": DEEP}, OMITTED, InvalidInputError,
+     "message 'x' is nested too deeply to be stored as JSON"),
     ("NaN", {**msg("x"), "score": math.nan}, OMITTED, InvalidInputError, "not JSON"),
     ("infinity", {**msg("x"), "score": -math.inf}, OMITTED, InvalidInputError, "not JSON"),
     ("object", {**msg("x"), "extra": object()}, OMITTED, InvalidInputError, "not JSON"),
     ("set", {**msg("x"), "extra": {1}}, OMITTED, InvalidInputError, "not JSON"),
     ("bytes", {**msg("x"), "extra": b"raw"}, OMITTED, InvalidInputError, "not JSON"),
     ("tuple key", {**msg("x"), "extra": {(1, 2): 3}}, OMITTED, InvalidInputError, "not JSON"),
-    ("lone surrogate text", msg("x", "bad \ud83d"), OMITTED, InvalidInputError, "Unicode"),
+    ("lone surrogate text", msg("x", "bad \ud83d"), OMITTED, InvalidInputError,
+     "message 'x' is not valid Unicode: it holds a lone surrogate"),
     ("lone surrogate id", msg("x\udc00"), OMITTED, InvalidInputError, "Unicode"),
     ("unknown parent", msg("x"), "ghost", MessageNotFoundError, "ghost"),
     ("parent from nowhere", msg("x"), "", MessageNotFoundError, "does not exist"),
@@ -98,8 +105,10 @@ async def test_bad_messages_are_refused_and_nothing_is_written(
         # When a bad message is appended (alone, or inside a batch with a good one)
         with pytest.raises(error, match=match):
             await session.append_message(message, parent)  # type: ignore[arg-type]
-        with pytest.raises(error, match=match):
+        with pytest.raises(error, match=match) as raised:
             await session.append_messages([msg("good"), message], parent)  # type: ignore[list-item]
+        if parent is OMITTED:  # a message's own fault: the error says which one it was
+            assert str(raised.value).startswith("messages[1] of 2: "), label
         # Then the documented error is raised and nothing changed
         assert await snapshot(ms, session) == before, label
     assert await session.get_message("good") is None
@@ -119,7 +128,7 @@ async def test_bad_updates_are_refused_and_nothing_is_written(
             await session.update_message(message)  # type: ignore[arg-type]
         # ... also when it targets the existing m1 (unless the id itself is what is bad)
         if isinstance(message, dict) and not label.endswith(" id"):
-            with pytest.raises(error, match=match):
+            with pytest.raises(error, match=match.replace("'x'", "'m1'")):
                 await session.update_message({**message, "id": "m1"})
         # Then nothing changed
         assert await snapshot(ms, session) == before, label
@@ -233,7 +242,15 @@ async def test_bad_read_arguments_are_invalid_input(session: Session) -> None:
         with pytest.raises(InvalidInputError, match="min_recent_messages"):
             await session.get_recent_history(100, minimum)  # type: ignore[arg-type]
     # And odd but well-typed ids read as nothing
-    for odd in ("ghost", "a\x00b", "x" * 10_000, "😀", "'; DROP TABLE messages; --"):
+    for odd in (
+        "ghost",
+        "a\x00b",
+        "x" * 10_000,
+        "😀",
+        "'; DROP TABLE messages; --",
+        "\ud800",
+        "a\udc00b",
+    ):
         assert await session.get_history(odd) == []
         assert await session.get_message(odd) is None
         assert await session.get_branches(odd) == []

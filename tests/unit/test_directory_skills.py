@@ -190,3 +190,30 @@ async def test_listing_describes_the_file_that_load_returns(tmp_path: Path) -> N
     # Then the listing and load agree on one file: the one just written
     assert await provider.load("guide") == "New text."
     assert await provider.get() == "- guide: New guide"
+
+
+async def test_a_refused_write_leaves_the_skill_as_it_was(tmp_path: Path) -> None:
+    root = tmp_path / "skills"
+    provider = DirectorySkillProvider(root)
+    await provider.set("greet", "Say hello.", "Greeting")
+    before = (root / "greet.md").read_text(encoding="utf-8")
+    # When a rewrite has a description, or content, that cannot be stored (a lone surrogate)
+    with pytest.raises(InvalidInputError, match="description is not valid Unicode"):
+        await provider.set("greet", "Say hello again.", "bad \ud800")
+    with pytest.raises(InvalidInputError, match="content is not valid Unicode"):
+        await provider.set("greet", "bad \udc00", "Greeting")
+    # Then the file is untouched, and no new or temporary file is left behind
+    assert (root / "greet.md").read_text(encoding="utf-8") == before
+    with pytest.raises(InvalidInputError, match="description"):
+        await provider.set("new-skill", "Body.", "bad \ud800")
+    assert sorted(p.name for p in root.iterdir()) == ["greet.md"]
+    assert await provider.get() == "- greet: Greeting"
+
+
+async def test_bad_paths_and_keys_are_invalid_input(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="path must be a folder path, not NoneType"):
+        DirectorySkillProvider(None)  # type: ignore[arg-type]
+    provider = DirectorySkillProvider(tmp_path / "skills")
+    with pytest.raises(InvalidInputError, match="NUL"):
+        await provider.set("a\x00b", "v")
+    assert not (tmp_path / "skills").exists()
