@@ -10,6 +10,7 @@ import typer
 from memstream import InvalidInputError, NotFoundError
 from memstream.cli.context import connected, run, settings_of, until_signal
 from memstream.cli.output import emit_json, emit_jsonl, event_line, note, show_fields
+from memstream.domain.limits import check_int
 from memstream.workers.audit import AuditEvent, EventQuery, read_events, tail_events
 
 app = typer.Typer(no_args_is_help=True, help="Read the log: every change, with who and why.")
@@ -62,6 +63,7 @@ def tail(
     Example: memstream events tail --type MessageAppended -n 5 --follow
     """
     settings = settings_of(ctx)
+    check_int("--last", count, minimum=1, maximum=1_000_000)
     query = EventQuery(subject=subject, event_type=event_type, from_seq=since_seq)
 
     async def main() -> None:

@@ -73,9 +73,10 @@ def _cells(*values: object) -> list[Text]:
     return [Text(str(v)) for v in values]  # Text: user content is never read as rich markup
 
 
-def show_history(session_id: str, messages: Sequence[Message]) -> None:
+def show_history(session_id: str, messages: Sequence[Message], leaf: str | None = None) -> None:
     if not messages:
-        stdout().print(Text(f"session {session_id!r} has no messages"))
+        found = f"no message {leaf!r} in session" if leaf else "no messages in session"
+        stdout().print(Text(f"{found} {session_id!r}"))
         return
     table = _table(f"session {session_id!r}: {len(messages)} messages", "id", "role", "text")
     for message in messages:

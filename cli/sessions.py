@@ -118,7 +118,7 @@ def history(
     if as_json:
         emit_json(messages)
     else:
-        show_history(session, messages)
+        show_history(session, messages, leaf)
 
 
 @app.command("search")
@@ -183,7 +183,7 @@ def append(
         raise InvalidInputError("give --parent or --root, not both")
     parent_id = None if root else (parent if parent is not None else OMITTED)
     message = {
-        "id": message_id or uuid.uuid4().hex,
+        "id": uuid.uuid4().hex if message_id is None else message_id,
         "role": role,
         "parts": [{"type": "text", "text": text}],
     }

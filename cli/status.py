@@ -8,6 +8,7 @@ import typer
 
 from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import emit_json, show_status
+from memstream.domain.limits import check_int
 from memstream.workers.status import PlatformStatus, platform_status
 
 
@@ -26,6 +27,7 @@ def status(
     Example: memstream status --json
     """
     settings = settings_of(ctx)
+    check_int("--dead-letters", dead_letters, minimum=0, maximum=10_000)
 
     async def main() -> PlatformStatus:
         async with connected(settings, workers=False) as ms:

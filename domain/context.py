@@ -144,7 +144,14 @@ class ContextDocument(Aggregate):
     def append(self, content: object, max_tokens: int | None = None) -> list[Aggregate.Event]:
         """Decide an append to the current content (``max_tokens`` applies to the result)."""
         addition = check_content(content)
-        return self.replace(joined_content(self.content or "", addition), max_tokens)
+        joined = joined_content(self.content or "", addition)
+        size = len(joined.encode("utf-8"))
+        if size > CONTENT_MAX_BYTES:
+            raise InvalidInputError(
+                f"content would be {size} bytes after appending {len(addition.encode('utf-8'))} "
+                f"bytes to block {self.label!r}; the limit is {CONTENT_MAX_BYTES}"
+            )
+        return self.replace(joined, max_tokens)
 
 
 class SearchIndex(Aggregate):

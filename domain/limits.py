@@ -99,6 +99,22 @@ def search_query(value: object) -> str | None:
     return encoded.decode("utf-8", "replace")  # a lone surrogate becomes U+FFFD (x3)
 
 
+STREAM_NAME_MAX_CHARS: Final = 255
+# JetStream stream names: printable, no whitespace, and none of . * > / \ (they become subjects
+# and file names).
+_STREAM_NAME_RE: Final = re.compile(r"[^\s.*>/\\\x00-\x1f\x7f]+")
+
+
+def check_stream_name(value: object) -> str:
+    """Validate a JetStream stream name (``MEMSTREAM_STREAM``)."""
+    name = check_chars("stream", value, minimum=1, maximum=STREAM_NAME_MAX_CHARS)
+    if not _STREAM_NAME_RE.fullmatch(name):
+        raise InvalidInputError(
+            f"stream {name!r} is not a JetStream stream name (no whitespace and none of . * > / \\)"
+        )
+    return name
+
+
 def check_namespace(value: object) -> str:
     """Validate a namespace name: 1–32 characters of ``[a-z0-9_-]``."""
     name = check_chars("namespace", value, minimum=1, maximum=NAMESPACE_MAX_CHARS)

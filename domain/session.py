@@ -9,7 +9,7 @@ fast-forward from the log instead of a full reload.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from eventsourcing.domain import Aggregate
@@ -262,12 +262,11 @@ class Session(Aggregate):
         return [self._decide(self.MessageUpdated, message_id=message_id, message_json=message_json)]
 
     def delete_messages(self, message_ids: Iterable[object]) -> list[Event]:
-        """Decide the deletion of the given ids that exist (unknown ids are ignored)."""
-        if isinstance(message_ids, (str, bytes)):
-            raise InvalidInputError("message_ids must be a list of ids, not a string")
-        if not isinstance(message_ids, Iterable):
+        """Decide the deletion of the given ids that exist (unknown ids, and items that are not
+        strings, so cannot be ids, are ignored)."""
+        if isinstance(message_ids, str | bytes | Mapping) or not isinstance(message_ids, Iterable):
             raise InvalidInputError(
-                f"message_ids must be a list of ids, not {type(message_ids).__name__}"
+                f"ids must be a list of message ids, not {type(message_ids).__name__}"
             )
         existing: list[str] = []
         for value in message_ids:

@@ -212,6 +212,7 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
         url = runtime.url
     else:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+    client: Client | None = None
     try:
         client = await connect_nats(
             url,
@@ -224,6 +225,9 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
         await log.ensure_stream()
         connection = open_database(settings.database_path)
     except BaseException:
+        if client is not None:  # e.g. the stream could not be created: leave nothing open
+            with contextlib.suppress(Exception):
+                await client.close()
         if runtime is not None:
             runtime.release()
         raise

@@ -121,7 +121,8 @@ class Session:
     async def delete_messages(self, ids: Iterable[str]) -> int:
         """Delete messages by id (unknown ids are ignored; children are kept)."""
         # Non-lists go to the domain unchanged, which refuses them with InvalidInputError.
-        id_list = list(ids) if isinstance(ids, Iterable) and not isinstance(ids, str) else ids
+        listable = isinstance(ids, Iterable) and not isinstance(ids, str | bytes | Mapping)
+        id_list = list(ids) if listable else ids
         return await self._command(lambda s: s.delete_messages(id_list))
 
     async def clear_messages(self) -> int:
@@ -152,6 +153,7 @@ class Session:
 
     def get_context_block(self, label: str) -> ContextBlock | None:
         """A loaded block, or ``None`` (blocks load on the first freeze, write or ``tools()``)."""
+        require_str("label", label)
         blocks = self._context.started
         return None if blocks is None else blocks.get_block(label)
 
@@ -192,7 +194,7 @@ class Session:
 
     def remove_context(self, label: str) -> bool:
         """Drop a block; ``False`` if there was none. The frozen prompt is not touched."""
-        return self._context.remove(label)
+        return self._context.remove(require_str("label", label))
 
     async def freeze_system_prompt(self) -> str:
         """The system prompt, rendered once and then frozen (persisted with a cached prompt)."""
@@ -232,6 +234,8 @@ class Session:
             async for event in session.subscribe():
                 print(type(event).__name__, event.message_id)
         """
+        if after_seq is not None:
+            check_int("after_seq", after_seq, minimum=0, maximum=2**63 - 1)
         async for entry in self._ms.log.follow(
             self._ms.session_subject(self._session_id), after_seq
         ):

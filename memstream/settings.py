@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from memstream.domain.limits import check_namespace
+from memstream.domain.limits import check_namespace, check_stream_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +55,7 @@ class Settings:
             values["data_dir"] = Path(overrides["data_dir"])
         settings = cls(**values)
         check_namespace(settings.namespace)
+        check_stream_name(settings.stream)
         return settings
 
     def with_(self, **changes: Any) -> Settings:

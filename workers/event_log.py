@@ -120,6 +120,12 @@ async def connect_nats(
         await client.connect(**options)
     except _CONNECT_ERRORS as error:
         raise UnavailableError(f"cannot reach NATS at {url}: {error!r}") from error
+    except ModuleNotFoundError as error:
+        if error.name != "nkeys":
+            raise
+        raise InvalidInputError(
+            "NATS credentials (MEMSTREAM_NATS_CREDS) need the nkeys package: pip install nkeys"
+        ) from error
     client.options["allow_reconnect"] = True  # from now on, ride out outages
     client.options["max_reconnect_attempts"] = -1
     return client
@@ -191,6 +197,12 @@ class EventLog:
                     current.duplicate_window or 0, DUPLICATE_WINDOW_SECONDS
                 )
                 await self.js.update_stream(current)
+        except nats.js.errors.BadRequestError as error:
+            raise InvalidInputError(
+                f"cannot create or configure stream {self.stream!r} for subjects "
+                f"{self.subject_prefix}.>: {error.description} (a server holds one memstream "
+                "stream: point MEMSTREAM_STREAM at the existing one)"
+            ) from error
         except _TRANSIENT as error:
             raise UnavailableError(f"NATS stream {self.stream!r} unavailable: {error}") from error
 

@@ -114,6 +114,8 @@ def test_append_history_search_export_rebuild_verify_status(
     leaf_m2 = json_of(env, "sessions", "history", "trip", "--leaf", "m2")
     assert [(m["id"], m["role"]) for m in leaf_m2] == [("m1", "user"), ("m2", "assistant")]
     assert "Take tram 28" in memstream(env, "sessions", "history", "trip", "--leaf", "m2").stdout
+    unknown_leaf = memstream(env, "sessions", "history", "trip", "--leaf", "nope").stdout
+    assert unknown_leaf.strip() == "no message 'nope' in session 'trip'"
 
     # And search finds a message across sessions and within the session
     hits = json_of(env, "sessions", "search", "tram")

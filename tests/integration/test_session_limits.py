@@ -192,8 +192,8 @@ async def test_bad_session_ids_are_refused(ms: Memstream) -> None:
 async def test_bad_deletes_and_compactions_are_refused(ms: Memstream, session: Session) -> None:
     before = await snapshot(ms, session)
     # When deletes get a string or a non-list
-    for ids in ("m1", None, 5):
-        with pytest.raises(InvalidInputError, match="message_ids"):
+    for ids in ("m1", None, 5, {"m1": True}):
+        with pytest.raises(InvalidInputError, match=r"^ids must be a list of message ids, not "):
             await session.delete_messages(ids)  # type: ignore[arg-type]
     # When compactions get bad arguments
     for args, match in [

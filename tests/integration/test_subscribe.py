@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from memstream.client import Memstream
+from memstream.domain.errors import InvalidInputError
 from memstream.domain.session import Session as SessionAggregate
 
 
@@ -35,3 +38,16 @@ async def test_subscribe_yields_typed_events_of_this_session_only(ms: Memstream)
     assert isinstance(received[0], SessionAggregate.MessageAppended)
     assert received[0].message_id == "m1"
     assert received[2].message_ids == ["m1"]
+
+
+async def test_subscribe_and_block_lookups_refuse_arguments_of_the_wrong_type(
+    ms: Memstream,
+) -> None:
+    session = ms.session("typed")
+    for bad in ("x", -1, 1.5, True):
+        with pytest.raises(InvalidInputError, match="after_seq"):
+            await anext(aiter(session.subscribe(bad)))  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="label must be a string, not list"):
+        session.get_context_block(["x"])  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="label must be a string, not list"):
+        session.remove_context(["x"])  # type: ignore[arg-type]

@@ -298,3 +298,11 @@ def test_verify_json_shows_where_it_differs_with_long_values_shortened() -> None
     ]
     # A live model that is elsewhere (at another sequence) is not compared at all
     assert verify_json(results[:1], {"sessions": False})[0]["difference"] is None
+
+
+def test_counts_and_ids_are_checked_before_connecting() -> None:
+    assert_user_error(invoke("events", "tail", "-n", "0"), "--last is 0; it must be between 1")
+    assert_user_error(invoke("events", "tail", "-n", "-1"), "--last is -1")
+    result = invoke("status", "--dead-letters", "-1")
+    assert_user_error(result, "--dead-letters is -1; it must be between 0")
+    assert_user_error(invoke("append", "s", "--text", "x", "--id", ""), "minimum is 1")

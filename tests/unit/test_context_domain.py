@@ -143,6 +143,15 @@ def test_content_must_be_a_string_within_1_mib() -> None:
         doc.replace("x" * (1024 * 1024 + 1))
     with pytest.raises(InvalidInputError, match="lone surrogate"):
         doc.replace("\ud800")
+    # An append that would take a full block over the limit says so, with both sizes
+    (written,) = doc.replace("x" * (1024 * 1024))
+    written.mutate(doc)
+    with pytest.raises(
+        InvalidInputError,
+        match="content would be 1048578 bytes after appending 1 bytes to block 'memory'; "
+        "the limit is 1048576",
+    ):
+        doc.append("y")
 
 
 def test_search_entries_upsert_and_are_searched_with_the_one_syntax(projected: Projected) -> None:

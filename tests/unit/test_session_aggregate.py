@@ -319,10 +319,12 @@ def test_delete_ignores_unknown_and_duplicate_ids(scenario: Scenario) -> None:
 
 def test_delete_with_a_string_or_a_non_list_is_refused(scenario: Scenario) -> None:
     scenario.given(append("m1"))
-    with pytest.raises(InvalidInputError, match="not a string"):
+    with pytest.raises(InvalidInputError, match=r"^ids must be a list of message ids, not str$"):
         scenario.when(lambda s: s.delete_messages("m1"))
     with pytest.raises(InvalidInputError, match="not NoneType"):
         scenario.when(lambda s: s.delete_messages(None))  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="not dict"):  # not its keys
+        scenario.when(lambda s: s.delete_messages({"m1": 1}))
     assert scenario.load().version == 1
 
 
