@@ -19,6 +19,7 @@ from memstream.cli.output import (
 )
 from memstream.domain.limits import SEARCH_LIMIT_MAX, check_int, check_session_id, search_query
 from memstream.domain.session import OMITTED
+from memstream.projections.sqlite.overview import session_overview
 
 app = typer.Typer(no_args_is_help=True, help="Read and write sessions (trees of messages).")
 
@@ -48,8 +49,9 @@ def list_sessions(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
 @app.command("show")
 def show(ctx: typer.Context, session: SessionArg, as_json: JsonFlag = False) -> None:
-    """Show one session: messages, branch tips, latest leaf and path, compactions, times,
-    context blocks, loaded skills and whether its system prompt is frozen.
+    """Show one session: counts of messages, branch tips and compactions, the latest leaf and
+    its path length, first and last message time, context block labels, loaded skills and
+    whether its system prompt is frozen.
 
     Example: memstream sessions show chat-1
     """
@@ -60,36 +62,18 @@ def show(ctx: typer.Context, session: SessionArg, as_json: JsonFlag = False) -> 
         async with connected(settings) as ms:
             await ms.sync("sessions")
             await ms.sync("context")
-            namespace = ms.namespace
-            summary = ms.session_queries.summary(namespace, session)
-            blocks = ms.context_queries.blocks(namespace, session)
-            prompt = ms.context_queries.cached_prompt(namespace, session)
-            skills = ms.context_queries.loaded_skills(namespace, session)
-            if summary is None and not blocks and prompt is None and not skills:
-                raise NotFoundError(f"session {session!r} not found in namespace {namespace!r}")
-            return {
-                **(summary or {"session_id": session, **EMPTY_SUMMARY}),
-                "context_blocks": [b["label"] for b in blocks],
-                "loaded_skills": skills,
-                "prompt_frozen": prompt is not None,
-            }
+            overview = session_overview(
+                ms.session_queries, ms.context_queries, ms.namespace, session
+            )
+            if overview is None:
+                raise NotFoundError(f"session {session!r} not found in namespace {ms.namespace!r}")
+            return overview
 
     details = run(main())
     if as_json:
         emit_json(details)
     else:
         show_fields(details)
-
-
-EMPTY_SUMMARY: dict[str, Any] = {
-    "messages": 0,
-    "leaves": 0,
-    "latest_leaf": None,
-    "path_length": 0,
-    "compactions": 0,
-    "first_at": None,
-    "last_at": None,
-}
 
 
 @app.command("history")

@@ -129,7 +129,7 @@ class ContextBlocks:
                 "not a string"
             )
         if content is not None:
-            utf8_size(f'the content the provider of block "{config.label}" returned', content)
+            _check_provider_text(config.label, content)
         return ContextBlock(
             label=config.label,
             content=content or "",
@@ -337,7 +337,7 @@ class ContextBlocks:
     async def _refresh_listing(self, block: ContextBlock, config: BlockConfig) -> None:
         listing = await call(config.provider.get)
         if isinstance(listing, str):
-            utf8_size(f'the content the provider of block "{config.label}" returned', listing)
+            _check_provider_text(config.label, listing)
             self._store(replace(block, content=listing))
 
     async def search(self, label: str, query: str) -> str | None:
@@ -348,3 +348,8 @@ class ContextBlocks:
             raise InvalidInputError(f'Block "{label}" is not searchable')
         result = await call(self._configs[label].provider.search, query)
         return None if result is None else str(result)
+
+
+def _check_provider_text(label: str, text: str) -> None:
+    """Refuse provider text that cannot be stored or rendered (a lone surrogate)."""
+    utf8_size(f'the content the provider of block "{label}" returned', text)

@@ -224,8 +224,14 @@ class SqliteSessionQueries:
         ``{session_id, messages, leaves, latest_leaf, path_length, compactions, first_at,
         last_at}`` (``leaves`` counts the branch tips; the path is the latest leaf's)."""
         sid = self._sid(namespace, session_id)
-        if sid is None:
-            return None
+        return None if sid is None else self._summary(sid, namespace, session_id)
+
+    def empty_summary(self, namespace: str, session_id: str) -> dict[str, Any]:
+        """:meth:`summary`'s shape for a session with no messages (zeros and ``None``)."""
+        return self._summary(None, namespace, session_id)
+
+    def _summary(self, sid: int | None, namespace: str, session_id: str) -> dict[str, Any]:
+        # With no sid the queries match no row (sid = NULL is never true): the empty summary.
         messages, first_at, last_at = self.connection.execute(
             "SELECT count(*), min(created_at), max(created_at) FROM messages WHERE sid = ?",
             (sid,),
@@ -240,7 +246,7 @@ class SqliteSessionQueries:
             "session_id": session_id,
             "messages": messages,
             "leaves": leaves,
-            "latest_leaf": self._latest_leaf_id(sid),
+            "latest_leaf": None if sid is None else self._latest_leaf_id(sid),
             "path_length": self.path_length(namespace, session_id),
             "compactions": compactions,
             "first_at": first_at,

@@ -217,6 +217,13 @@ def test_context_set_list_show_and_prompt_show(
         ("memory_chat-1", "memory", "chat-1")
     ]
     assert json_of(env, "context", "list", "--session", "other") == []
+    # And sessions show knows a session that has a block but no messages
+    shown = json_of(env, "sessions", "show", "chat-1")
+    assert (shown["messages"], shown["latest_leaf"], shown["context_blocks"]) == (
+        0,
+        None,
+        ["memory"],
+    )
     shown = memstream(env, "context", "show", "memory", "--session", "chat-1").stdout
     assert shown.rstrip("\n") == "User likes tea\nand coffee"
     # And limits and unknown blocks are one-line user errors

@@ -314,6 +314,17 @@ def test_session_list_and_summary_count_tips_overlays_and_times(store: Store) ->
     assert (cleared["messages"], cleared["leaves"], cleared["latest_leaf"]) == (0, 0, None)
     assert store.queries.summary(NS, "c") is None
     assert store.queries.summary(NS, "never") is None
+    # And a session without messages has the same shape, all zeros and None
+    assert store.queries.empty_summary(NS, "never") == {
+        "session_id": "never",
+        "messages": 0,
+        "leaves": 0,
+        "latest_leaf": None,
+        "path_length": 0,
+        "compactions": 0,
+        "first_at": None,
+        "last_at": None,
+    }
 
 
 def test_checksums_and_first_difference_find_a_tampered_or_missing_row() -> None:
