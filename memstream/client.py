@@ -29,14 +29,14 @@ from memstream.workers.embedded import EmbeddedRuntime
 from memstream.workers.event_log import EventLog, connect_nats
 from memstream.workers.position import Demand, PositionWatch
 from memstream.workers.projector import ProjectorWorker
-from memstream.workers.subjects import subject_for
+from memstream.workers.subjects import demand_subject, subject_for
 
 logger = logging.getLogger(__name__)
 A = TypeVar("A", bound=Aggregate)
 
 # How long the in-process projector gathers a burst of writes before committing it, unless a
-# reader is waiting (see ProjectorWorker._linger).
-PROJECTOR_LINGER = 0.004
+# reader is waiting, here or in another process (see ProjectorWorker._linger).
+PROJECTOR_LINGER = 0.05
 
 
 class Memstream:
@@ -65,7 +65,9 @@ class Memstream:
         )
         self.demand = Demand()
         self.positions = {
-            name: PositionWatch(name, partial(tracked_seq, connection, name), self.demand)
+            name: PositionWatch(
+                name, partial(tracked_seq, connection, name), self.demand, self._nudge
+            )
             for name in ("sessions", "context")
         }
         self.last_write_seq = 0
@@ -140,6 +142,14 @@ class Memstream:
             ProjectionLagError: not reached within the read timeout (no projector running?).
         """
         await self.wait_for(projection, max(self.last_write_seq, await self.log.stream_last_seq()))
+
+    async def _nudge(self, seq: int) -> None:
+        """Tell the projector of another process that a reader here waits for ``seq`` (so it
+        stops lingering); the projector in this process sees its readers without this."""
+        if self.projector is not None:
+            return
+        with contextlib.suppress(Exception):  # best effort: the reader polls regardless
+            await self.client.publish(demand_subject(self.log.stream), str(seq).encode())
 
     def _advance(self, seq: int) -> None:
         # The projector reports the lowest position over its projections.

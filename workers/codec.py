@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,11 +34,36 @@ H_MSG_ID = "Nats-Msg-Id"
 H_EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 
 
+class _CommandIds:
+    """Unique command ids without a system call each (``uuid4`` reads the OS's random source
+    every time): 80 random bits drawn once per process, then a counter, as 32 hex digits."""
+
+    def __init__(self) -> None:
+        self._pid = -1
+        self._prefix = ""
+        self._count = 0
+
+    def next(self) -> str:
+        pid = os.getpid()
+        if pid != self._pid:  # first use, or a forked child: it must not repeat its parent's
+            self._pid, self._prefix, self._count = pid, secrets.token_hex(10), 0
+        self._count += 1
+        return f"{self._prefix}{self._count:012x}"
+
+
+_command_ids = _CommandIds()
+
+
+def new_command_id() -> str:
+    """A fresh command id (the ``Nats-Msg-Id`` base that makes a retried command a no-op)."""
+    return _command_ids.next()
+
+
 @dataclass(frozen=True, slots=True)
 class CommandMeta:
     """Who and what caused a write; carried in every event's headers for the audit trail."""
 
-    command_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    command_id: str = field(default_factory=new_command_id)
     actor: str = "memstream"
     causation_id: str = ""
     correlation_id: str = ""

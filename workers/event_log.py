@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -131,8 +132,17 @@ async def connect_nats(
     return client
 
 
+# The acknowledgement of a stored message, as nats-server writes it (anything else is parsed).
+_PUB_ACK = re.compile(
+    rb'\{"stream":"[^"\\]*",(?:"domain":"[^"\\]*",)?"seq":(\d+)(,"duplicate":true)?\}'
+)
+
+
 def _pub_ack(subject: str, reply: Msg) -> PublishResult:
     """Read a JetStream publish acknowledgement (or its error)."""
+    ack = _PUB_ACK.fullmatch(reply.data)
+    if ack is not None:
+        return PublishResult(seq=int(ack[1]), duplicate=ack[2] is not None)
     try:
         body = json.loads(reply.data)
     except ValueError:

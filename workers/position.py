@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from memstream.domain.errors import ProjectionLagError
 
@@ -13,12 +13,18 @@ POLL_MAX = 0.01
 
 
 class Demand:
-    """Whether any reader in this process is waiting for a projection (shared by the watches
-    of one projector, so that a waiting reader cuts the projector's lingering short)."""
+    """Which readers wait for a projector, so that they cut its lingering short.
+
+    Readers in the projector's process count themselves in (:meth:`enter`/:meth:`leave`);
+    readers elsewhere (a guest process, a client of a separate worker) send the sequence they
+    wait for over NATS, which the projector passes to :meth:`want`. :attr:`event` is set on
+    each of these, to wake a lingering projector.
+    """
 
     def __init__(self) -> None:
         self.waiters = 0
-        self.event = asyncio.Event()  # set while someone waits
+        self.wanted = 0  # the highest sequence a reader elsewhere asked for
+        self.event = asyncio.Event()
 
     def enter(self) -> None:
         self.waiters += 1
@@ -26,19 +32,33 @@ class Demand:
 
     def leave(self) -> None:
         self.waiters -= 1
-        if not self.waiters:
-            self.event.clear()
+
+    def want(self, seq: int) -> None:
+        if seq > self.wanted:
+            self.wanted = seq
+        self.event.set()
+
+    def pressing(self, committed: int) -> bool:
+        """Whether a reader waits for more than ``committed`` (the projector should commit)."""
+        return self.waiters > 0 or self.wanted > committed
 
 
 class PositionWatch:
     """Tracks how far a projection got; waiters are woken by the in-process projector's commits
-    or, when the projector runs elsewhere, by polling its tracking row."""
+    or, when the projector runs elsewhere, by polling its tracking row. ``nudge(seq)`` tells a
+    projector elsewhere that a reader waits for ``seq``; it is repeated at every poll (it may
+    be lost, or reach a projector that was not listening yet)."""
 
     def __init__(
-        self, projection: str, read_position: Callable[[], int], demand: Demand | None = None
+        self,
+        projection: str,
+        read_position: Callable[[], int],
+        demand: Demand | None = None,
+        nudge: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
         self.projection = projection
         self._read_position = read_position
+        self._nudge = nudge
         self._position = 0
         self._changed = asyncio.Event()
         self.demand = demand or Demand()
@@ -78,6 +98,8 @@ class PositionWatch:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ProjectionLagError(self.projection, seq, self._position, timeout)
+            if self._nudge is not None:
+                await self._nudge(seq)
             changed = self._changed
             try:
                 await asyncio.wait_for(changed.wait(), min(remaining, delay))

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import api
 
 from memstream.projections.context_writes import project_context_event
@@ -34,7 +35,7 @@ from memstream.workers.codec import H_TOPIC, decode_event
 from memstream.workers.event_log import EventLog, LogEntry
 from memstream.workers.position import Demand
 from memstream.workers.pull import Puller
-from memstream.workers.subjects import parse_subject
+from memstream.workers.subjects import demand_subject, parse_subject
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +83,10 @@ class ReadModelRewound(Exception):
 @dataclass
 class ProjectorStats:
     """Counters for status output and tests: events applied (by at least one projection) and
-    skipped (already applied by all), and dead letters recorded (one per projection)."""
+    skipped (already applied by all), dead letters recorded (one per projection), and batches
+    committed."""
 
+    batches: int = 0
     applied: int = 0
     skipped: int = 0
     dead_lettered: int = 0
@@ -161,6 +164,7 @@ def apply_batch(
     except BaseException:
         connection.execute("ROLLBACK")
         raise
+    stats.batches += 1
     stats.applied += done.applied
     stats.skipped += done.skipped
     stats.dead_lettered += done.dead_lettered
@@ -260,6 +264,15 @@ class ProjectorWorker:
 
     async def run(self) -> None:
         """Consume until :meth:`stop` (reconnecting and re-binding after NATS outages)."""
+        listener = await self._listen_for_demand()
+        try:
+            await self._run()
+        finally:
+            if listener is not None:
+                with contextlib.suppress(Exception):
+                    await listener.unsubscribe()
+
+    async def _run(self) -> None:
         while not self._stopping.is_set():
             try:
                 self._committed = self.start_position() - 1
@@ -279,6 +292,25 @@ class ProjectorWorker:
                     break
                 logger.warning("projector %s lost NATS; retrying", self.durable, exc_info=True)
                 await asyncio.sleep(0.25)
+
+    async def _listen_for_demand(self) -> Subscription | None:
+        """Hear readers in other processes (see :class:`Demand`), when this projector lingers."""
+        demand = self.demand
+        if demand is None or self.linger <= 0:
+            return None
+
+        async def heard(msg: Msg) -> None:
+            with contextlib.suppress(ValueError):
+                demand.want(int(msg.data))
+
+        try:
+            return await self.log.client.subscribe(demand_subject(self.log.stream), cb=heard)
+        except Exception:
+            # Readers elsewhere then wait up to the linger (they poll the tracking rows).
+            logger.warning(
+                "projector %s cannot hear readers elsewhere", self.durable, exc_info=True
+            )
+            return None
 
     async def _consume(self, puller: Puller) -> None:
         fetch = puller.fetch
@@ -304,18 +336,22 @@ class ProjectorWorker:
     async def _linger(self, fetch: Any, room: int) -> list[Msg]:
         """Gather more of a burst before committing, unless a reader is waiting.
 
-        Committing events one by one costs a transaction (and an FTS5 segment) each and
-        competes with the writers for the CPU; a few milliseconds of lingering turns a burst
-        into one batch. A reader waiting in this process cuts the lingering short, so
+        Committing events one by one costs a transaction (and an FTS5 segment) each, and
+        fetching them one by one a pull request and a delivery each, all competing with the
+        writers for the CPU: lingering turns a burst into one batch. A reader waiting for more
+        than is committed, in this process or elsewhere (:class:`Demand`), cuts it short, so
         read-your-writes latency does not pay for it.
         """
         demand = self.demand
-        if demand is None or demand.waiters:
+        if demand is None or demand.pressing(self._committed):
             return []
+        demand.event.clear()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.linger):
-                await demand.event.wait()
-        if demand.event.is_set():
+                while not demand.pressing(self._committed):
+                    await demand.event.wait()
+                    demand.event.clear()
+        if demand.pressing(self._committed):
             return []  # a reader arrived: commit now (fetching more would cost it ~1 ms)
         try:
             more: list[Msg] = await fetch(room, timeout=0.001)

@@ -9,7 +9,8 @@ request early.
 
 :class:`Puller` sends the same pull requests as nats-py (a ``no_wait`` probe, then one lingering
 request for the time left), each from its own reply subject under one wildcard subscription:
-messages are buffered by a callback and taken without a task each, and a status message counts
+messages are buffered as they are read (:meth:`MemstreamNatsClient.subscribe_direct`, or a
+callback on another client) and taken without a task each, and a status message counts
 only for the request it answers (status messages arrive on the request's reply subject; data
 messages carry their stream subject). Heartbeats are skipped; "no messages" (404), "request
 timeout" (408) and "conflict" (409) end a request, as nats-py treats them; any other status is an
@@ -31,6 +32,8 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
+
+from memstream.workers.nats_client import MemstreamNatsClient
 
 _END_OF_REQUEST = frozenset(
     {api.StatusCode.NO_MESSAGES, api.StatusCode.REQUEST_TIMEOUT, api.StatusCode.CONFLICT}
@@ -60,7 +63,11 @@ class Puller:
     async def bind(cls, client: Client, stream: str, consumer: str) -> Puller:
         """Read the existing consumer ``consumer`` of ``stream``."""
         puller = cls(client, stream, consumer)
-        puller._subscription = await client.subscribe(f"{puller._inbox}.*", cb=puller._received)
+        subject = f"{puller._inbox}.*"
+        if isinstance(client, MemstreamNatsClient):
+            puller._subscription = await client.subscribe_direct(subject, puller._deliver)
+        else:
+            puller._subscription = await client.subscribe(subject, cb=puller._received)
         return puller
 
     @classmethod
@@ -90,9 +97,12 @@ class Puller:
                         self._stream, self._consumer
                     )
 
-    async def _received(self, msg: Msg) -> None:
+    def _deliver(self, msg: Msg) -> None:
         self._buffer.append(msg)
         self._arrived.set()
+
+    async def _received(self, msg: Msg) -> None:
+        self._deliver(msg)
 
     async def _request(self, request: dict[str, Any]) -> str:
         reply = f"{self._inbox}.{next(self._requests)}"

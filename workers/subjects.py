@@ -68,3 +68,9 @@ def parse_subject(subject: str) -> SubjectName:
     if len(parts) != 4:
         raise InvalidInputError(f"subject {subject!r} is not <prefix>.<namespace>.<kind>.<id>")
     return SubjectName(parts[0], parts[1], parts[2], decode_token(parts[3]))
+
+
+def demand_subject(stream: str) -> str:
+    """The core NATS subject on which readers tell ``stream``'s projector what they wait for
+    (outside every stream's subjects: nothing published there is stored)."""
+    return f"_memstream.demand.{encode_token(stream)}"

@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
+import nats
 import nats.errors
 import nats.js.errors
 import pytest
@@ -146,3 +147,24 @@ async def test_an_ephemeral_consumer_is_deleted_on_close(client: Client) -> None
         await client.jetstream().consumer_info(STREAM, info.name)
     with pytest.raises(nats.errors.BadSubscriptionError):
         await puller.fetch(1, 1.0)
+
+
+async def test_a_plain_nats_py_client_is_read_through_a_callback(
+    nats_server: NatsServerProcess,
+) -> None:
+    # Given a client that is nats-py's own (no direct subscriptions)
+    plain = await nats.connect(nats_server.url)
+    try:
+        await plain.jetstream().add_stream(api.StreamConfig(name="PLAIN", subjects=["pl.>"]))
+        for i in range(7):
+            await plain.jetstream().publish("pl.x", str(i).encode())
+        await plain.jetstream().add_consumer(
+            "PLAIN", api.ConsumerConfig(durable_name="d", ack_policy=api.AckPolicy.ALL)
+        )
+        puller = await Puller.bind(plain, "PLAIN", "d")
+        # When it is fetched from, Then the batches come back the same way
+        assert [m.data for m in await puller.fetch(4, 5.0)] == [b"0", b"1", b"2", b"3"]
+        assert [m.data for m in await puller.fetch(10, 5.0)] == [b"4", b"5", b"6"]
+        await puller.close()
+    finally:
+        await plain.close()

@@ -1,0 +1,111 @@
+"""``MemstreamNatsClient`` on a real nats-server: requests with counter tokens and a timer, and
+subscriptions delivered straight to a function, behave as nats-py's own."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import nats.errors
+import pytest
+from nats.aio.msg import Msg
+
+from memstream.workers.embedded import NatsServerProcess
+from memstream.workers.event_log import connect_nats
+from memstream.workers.nats_client import MemstreamNatsClient
+
+
+async def _ignore(msg: Msg) -> None:
+    pass
+
+
+@pytest.fixture
+async def client(nats_server: NatsServerProcess) -> AsyncIterator[MemstreamNatsClient]:
+    nc = await connect_nats(nats_server.url)
+    assert isinstance(nc, MemstreamNatsClient)
+    yield nc
+    await nc.close()
+
+
+async def test_concurrent_requests_each_get_their_own_reply(client: MemstreamNatsClient) -> None:
+    # Given a responder that answers each request late, in reverse order of arrival
+    async def respond(msg: Msg) -> None:
+        await asyncio.sleep(0.05 - int(msg.data) * 0.001)
+        await msg.respond(b"re:" + msg.data + b":" + (msg.headers or {}).get("X-N", "").encode())
+
+    responder = await client.subscribe("svc.echo", cb=respond)
+    # When 40 requests are in flight at once, with headers
+    replies = await asyncio.gather(
+        *(
+            client.request("svc.echo", str(i).encode(), timeout=5, headers={"X-N": str(i)})
+            for i in range(40)
+        )
+    )
+    # Then each got the reply to its own request, and nothing is left waiting
+    assert [r.data for r in replies] == [f"re:{i}:{i}".encode() for i in range(40)]
+    assert client._replies == {}
+    await responder.unsubscribe()
+
+
+async def test_a_request_nobody_answers_times_out_and_cleans_up(
+    client: MemstreamNatsClient,
+) -> None:
+    # Given a subscriber that never answers
+    silent = await client.subscribe("svc.silent", cb=_ignore)
+    # When a request is sent to it with a 0.2 s timeout
+    started = time.monotonic()
+    with pytest.raises(nats.errors.TimeoutError):
+        await client.request("svc.silent", b"?", timeout=0.2)
+    # Then it gave up after about that, and forgot the request
+    assert 0.15 < time.monotonic() - started < 2.0
+    assert client._replies == {}
+    # And a subject with no subscriber at all is refused at once, as nats-py does
+    with pytest.raises(nats.errors.NoRespondersError):
+        await client.request("svc.nobody", b"?", timeout=5)
+    await silent.unsubscribe()
+
+
+async def test_a_cancelled_request_is_forgotten(client: MemstreamNatsClient) -> None:
+    silent = await client.subscribe("svc.slow", cb=_ignore)
+    task = asyncio.create_task(client.request("svc.slow", b"?", timeout=30))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert client._replies == {}
+    await silent.unsubscribe()
+
+
+async def test_a_direct_subscription_gets_every_message_in_order_until_unsubscribed(
+    client: MemstreamNatsClient,
+) -> None:
+    # Given a subscription delivered straight to a function
+    got: list[tuple[str, bytes, dict[str, str] | None]] = []
+    all_there = asyncio.Event()
+
+    def handle(msg: Msg) -> None:
+        got.append((msg.subject, msg.data, msg.headers))
+        if len(got) == 200:
+            all_there.set()
+
+    subscription = await client.subscribe_direct("feed.*", handle)
+    # When 200 messages are published, some with headers
+    for i in range(200):
+        headers = {"N": str(i)} if i % 2 else None
+        await client.publish(f"feed.{i % 4}", str(i).encode(), headers=headers)
+    async with asyncio.timeout(5):  # a flush's PONG may come before the deliveries
+        await all_there.wait()
+    # Then the function got all of them, in order, with their subjects and headers
+    assert [data for _, data, _ in got] == [str(i).encode() for i in range(200)]
+    assert [subject for subject, _, _ in got[:4]] == ["feed.0", "feed.1", "feed.2", "feed.3"]
+    assert got[1][2] == {"N": "1"}
+    assert got[0][2] is None
+    # And after unsubscribing it gets nothing more, and the client forgets it
+    await subscription.unsubscribe()
+    await client.publish("feed.0", b"late")
+    await client.publish("feed.1", b"last")
+    await client.flush()
+    await asyncio.sleep(0.2)
+    assert len(got) == 200
+    assert subscription._id not in client._direct

@@ -1,0 +1,85 @@
+"""The in-process projector gathers a burst of writes into few transactions, and any reader
+waiting for more than is committed, in this process or another, cuts that short."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import memstream.client
+from memstream.client import open_memstream
+from memstream.settings import Settings
+from memstream.workers.position import Demand
+
+
+def _message(i: int) -> dict[str, object]:
+    return {"id": f"m{i}", "role": "user", "content": f"message {i}"}
+
+
+async def test_a_burst_of_writes_is_committed_in_a_few_batches(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a memstream whose projector lingers up to 2 s
+    monkeypatch.setattr(memstream.client, "PROJECTOR_LINGER", 2.0)
+    ms = await open_memstream(settings, workers=True)
+    try:
+        assert ms.projector is not None
+        session = ms.session("s")
+        await session.append_message(_message(0))
+        await session.get_history()
+        batches = ms.projector.stats.batches
+        # When 30 messages are appended one by one, nobody reading
+        for i in range(1, 31):
+            await session.append_message(_message(i))
+        # Then a reader gets all of them at once (it cuts the lingering short)
+        started = time.monotonic()
+        history = await session.get_history()
+        assert time.monotonic() - started < 1.5
+        assert [m["id"] for m in history] == [f"m{i}" for i in range(31)]
+        # And they were committed in a few transactions, not one each
+        assert ms.projector.stats.batches - batches <= 3
+        assert ms.projector.stats.applied == 31
+    finally:
+        await ms.close()
+
+
+async def test_a_reader_in_another_process_cuts_the_lingering_short(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an owner whose projector lingers up to 10 s, and a client without workers
+    monkeypatch.setattr(memstream.client, "PROJECTOR_LINGER", 10.0)
+    owner = await open_memstream(settings, workers=True)
+    guest = await open_memstream(settings, workers=False)
+    try:
+        session = guest.session("s")
+        for i in range(3):
+            # When the client writes and reads its write
+            started = time.monotonic()
+            await session.append_message(_message(i))
+            history = await session.get_history()
+            # Then it waits far less than the linger: it told the owner's projector over NATS
+            assert time.monotonic() - started < 3.0
+            assert [m["id"] for m in history] == [f"m{j}" for j in range(i + 1)]
+    finally:
+        await guest.close()
+        await owner.close()
+
+
+def test_demand_presses_while_a_reader_here_or_elsewhere_waits_for_more() -> None:
+    demand = Demand()
+    assert not demand.pressing(0)
+    # A reader here presses until it leaves
+    demand.enter()
+    assert demand.pressing(10)
+    assert demand.event.is_set()
+    demand.leave()
+    assert not demand.pressing(10)
+    # A reader elsewhere presses until its sequence is committed
+    demand.event.clear()
+    demand.want(12)
+    assert demand.event.is_set()
+    assert demand.pressing(11)
+    assert not demand.pressing(12)
+    demand.want(5)  # an older wish does not lower it
+    assert demand.wanted == 12
