@@ -28,15 +28,14 @@ from memstream.workers.codec import CommandMeta
 from memstream.workers.embedded import EmbeddedRuntime
 from memstream.workers.event_log import EventLog, connect_nats
 from memstream.workers.position import Demand, PositionWatch
-from memstream.workers.projector import ProjectorWorker
+from memstream.workers.projector import DEFAULT_LINGER, ProjectorWorker
 from memstream.workers.subjects import demand_subject, subject_for
 
 logger = logging.getLogger(__name__)
 A = TypeVar("A", bound=Aggregate)
 
-# How long the in-process projector gathers a burst of writes before committing it, unless a
-# reader is waiting, here or in another process (see ProjectorWorker._linger).
-PROJECTOR_LINGER = 0.05
+# How long the in-process projector gathers a burst of writes before committing it.
+PROJECTOR_LINGER = DEFAULT_LINGER
 
 
 class Memstream:

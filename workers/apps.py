@@ -22,6 +22,7 @@ from faststream.security import BaseSecurity
 from memstream.domain.errors import InvalidInputError
 from memstream.projections.sqlite.database import open_database
 from memstream.workers.event_log import EventLog
+from memstream.workers.position import Demand
 from memstream.workers.projector import ProjectorWorker
 from memstream.workers.service import WORKERS, WorkerConfig
 
@@ -54,7 +55,13 @@ class ProjectorService:
         log = EventLog(client, self.config.stream)
         await log.ensure_stream()
         self._connection = open_database(self.config.database)
-        self.worker = ProjectorWorker(log, self._connection, batch_size=self.config.batch_size)
+        self.worker = ProjectorWorker(
+            log,
+            self._connection,
+            batch_size=self.config.batch_size,
+            demand=Demand(),
+            linger=self.config.linger,
+        )
         self.worker.start()
         logger.info(
             "projector: stream %s -> %s (from sequence %d)",

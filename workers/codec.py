@@ -36,19 +36,25 @@ H_EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 
 class _CommandIds:
     """Unique command ids without a system call each (``uuid4`` reads the OS's random source
-    every time): 80 random bits drawn once per process, then a counter, as 32 hex digits."""
+    every time, and even ``os.getpid`` is a system call): 80 random bits drawn once per process,
+    then a counter, as 32 hex digits. A forked child draws its own bits."""
 
     def __init__(self) -> None:
-        self._pid = -1
         self._prefix = ""
         self._count = 0
 
     def next(self) -> str:
-        pid = os.getpid()
-        if pid != self._pid:  # first use, or a forked child: it must not repeat its parent's
-            self._pid, self._prefix, self._count = pid, secrets.token_hex(10), 0
+        if not self._prefix:
+            if not self._count:  # first use in this interpreter: follow it into forked children
+                os.register_at_fork(after_in_child=self.reset)
+            self._prefix = secrets.token_hex(10)
         self._count += 1
         return f"{self._prefix}{self._count:012x}"
+
+    def reset(self) -> None:
+        """Draw new bits (in a forked child, which must not repeat its parent's ids)."""
+        self._prefix = ""
+        self._count = 1
 
 
 _command_ids = _CommandIds()

@@ -34,12 +34,15 @@ from memstream.projections.sqlite.session_writer import apply_session_writes
 from memstream.workers.codec import H_TOPIC, decode_event
 from memstream.workers.event_log import EventLog, LogEntry
 from memstream.workers.position import Demand
-from memstream.workers.pull import Puller
+from memstream.workers.pull import Puller, stream_sequence
 from memstream.workers.subjects import demand_subject, parse_subject
 
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
+# How long a projector gathers a burst of writes before committing it, unless a reader waits for
+# more than is committed, in its process or any other (see ProjectorWorker._linger).
+DEFAULT_LINGER = 0.05
 
 
 class Projection(Protocol):
@@ -324,8 +327,7 @@ class ProjectorWorker:
             if len(msgs) < self.batch_size and self.linger > 0:
                 msgs += await self._linger(fetch, self.batch_size - len(msgs))
             entries = [
-                LogEntry(m.metadata.sequence.stream, m.subject, m.data, dict(m.headers or {}))
-                for m in msgs
+                LogEntry(stream_sequence(m), m.subject, m.data, dict(m.headers or {})) for m in msgs
             ]
             seq = await self._apply_with_retry(entries)
             self._committed = seq

@@ -35,9 +35,21 @@ from nats.js import api
 
 from memstream.workers.nats_client import MemstreamNatsClient
 
+_V1_TOKENS = 9  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<time>.<pending>
 _END_OF_REQUEST = frozenset(
     {api.StatusCode.NO_MESSAGES, api.StatusCode.REQUEST_TIMEOUT, api.StatusCode.CONFLICT}
 )
+
+
+def stream_sequence(msg: Msg) -> int:
+    """The stream sequence of a message a consumer delivered, read from its reply subject as
+    nats-py's ``msg.metadata`` reads it, without building the rest of the metadata.
+
+    Raises:
+        nats.errors.NotJSMessageError: not a JetStream delivery.
+    """
+    tokens = Msg.Metadata._get_metadata_fields(msg.reply)
+    return int(tokens[5] if len(tokens) == _V1_TOKENS else tokens[Msg.Ack.StreamSeq])
 
 
 def _status(msg: Msg) -> str | None:

@@ -16,7 +16,7 @@ from memstream.projections.sqlite.checksum import Difference, checksum, first_di
 from memstream.projections.sqlite.database import drop_projection, open_database, tracked_seq
 from memstream.workers.event_log import EventLog, LogEntry
 from memstream.workers.projector import Projection, ProjectorStats, apply_batch, default_projections
-from memstream.workers.pull import Puller
+from memstream.workers.pull import Puller, stream_sequence
 
 Progress = Callable[[int, int], None]
 
@@ -71,16 +71,17 @@ async def catch_up(
                 msgs = await puller.fetch(batch, log.timeout)
             except TimeoutError as error:
                 raise UnavailableError(f"log stopped at {reached} before {until}") from error
+            delivered = [(stream_sequence(m), m) for m in msgs]
             entries = [
-                LogEntry(m.metadata.sequence.stream, m.subject, m.data, dict(m.headers or {}))
-                for m in msgs
-                if m.metadata.sequence.stream <= until
+                LogEntry(seq, m.subject, m.data, dict(m.headers or {}))
+                for seq, m in delivered
+                if seq <= until
             ]
             if entries:
                 await asyncio.to_thread(
                     _apply_like_projector, connection, projections, entries, stats
                 )
-            reached = max(reached, msgs[-1].metadata.sequence.stream) if msgs else reached
+            reached = max(reached, delivered[-1][0]) if delivered else reached
             if progress:
                 progress(min(reached, until), until)
     finally:

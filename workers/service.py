@@ -10,7 +10,8 @@ from pathlib import Path
 from memstream.domain.errors import InvalidInputError
 from memstream.projections.sqlite.database import open_database
 from memstream.workers.event_log import EventLog, connect_nats
-from memstream.workers.projector import ProjectorWorker
+from memstream.workers.position import Demand
+from memstream.workers.projector import DEFAULT_LINGER, ProjectorWorker
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +26,7 @@ class WorkerConfig:
     stream: str
     database: Path
     batch_size: int = 500
+    linger: float = DEFAULT_LINGER  # see ProjectorWorker._linger; 0 commits every fetch at once
 
 
 async def run_worker(name: str, config: WorkerConfig, stop: asyncio.Event) -> None:
@@ -39,7 +41,9 @@ async def run_worker(name: str, config: WorkerConfig, stop: asyncio.Event) -> No
     log = EventLog(client, config.stream)
     await log.ensure_stream()
     connection = open_database(config.database)
-    worker = ProjectorWorker(log, connection, batch_size=config.batch_size)
+    worker = ProjectorWorker(
+        log, connection, batch_size=config.batch_size, demand=Demand(), linger=config.linger
+    )
     worker.start()
     try:
         await stop.wait()

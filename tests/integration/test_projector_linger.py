@@ -3,6 +3,7 @@ waiting for more than is committed, in this process or another, cuts that short.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -11,6 +12,7 @@ import memstream.client
 from memstream.client import open_memstream
 from memstream.settings import Settings
 from memstream.workers.position import Demand
+from memstream.workers.service import WorkerConfig, run_worker
 
 
 def _message(i: int) -> dict[str, object]:
@@ -83,3 +85,29 @@ def test_demand_presses_while_a_reader_here_or_elsewhere_waits_for_more() -> Non
     assert not demand.pressing(12)
     demand.want(5)  # an older wish does not lower it
     assert demand.wanted == 12
+
+
+async def test_a_projector_worker_of_its_own_lingers_and_hears_readers_too(
+    settings: Settings,
+) -> None:
+    # Given a separate projector worker (the distributed shape) that lingers up to 10 s
+    assert settings.nats_url is not None
+    config = WorkerConfig(settings.nats_url, settings.stream, settings.database_path, linger=10.0)
+    settings.database_path.parent.mkdir(parents=True, exist_ok=True)
+    stop = asyncio.Event()
+    worker = asyncio.create_task(run_worker("projector", config, stop))
+    client = await open_memstream(settings, workers=False)
+    try:
+        session = client.session("s")
+        # When a client writes 20 messages and then reads them
+        for i in range(20):
+            await session.append_message(_message(i))
+        started = time.monotonic()
+        history = await session.get_history()
+        # Then its read cut the worker's lingering short
+        assert time.monotonic() - started < 3.0
+        assert len(history) == 20
+    finally:
+        await client.close()
+        stop.set()
+        await worker

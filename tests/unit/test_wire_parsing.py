@@ -1,17 +1,21 @@
-"""Command ids: unique without a system call each, and never repeated by a forked child."""
+"""The write and delivery paths' own parsing and ids: command ids (unique without a system
+call each, never repeated by a forked child), publish acks, delivered stream sequences."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from nats.aio.msg import Msg
+from nats.errors import NotJSMessageError
 
 import memstream.workers.codec as codec
 from memstream.workers.event_log import _pub_ack
+from memstream.workers.pull import stream_sequence
 
 
 def test_command_ids_are_32_hex_digits_and_unique() -> None:
@@ -21,12 +25,24 @@ def test_command_ids_are_32_hex_digits_and_unique() -> None:
     assert codec.CommandMeta().command_id != codec.CommandMeta().command_id
 
 
-def test_a_forked_child_draws_a_new_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_forked_child_draws_a_new_prefix() -> None:
     before = codec.new_command_id()
-    monkeypatch.setattr(codec.os, "getpid", lambda: -7)  # as in a child after fork()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next id and leave at once
+        try:
+            os.write(write, codec.new_command_id().encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
     after = codec.new_command_id()
-    assert after[:20] != before[:20]
-    assert after.endswith("000000000001")
+    assert re.fullmatch(r"[0-9a-f]{32}", child)
+    assert child[:20] != before[:20]
+    assert after[:20] == before[:20]
+    assert child != after
 
 
 def _ack(data: bytes) -> Msg:
@@ -53,3 +69,21 @@ def test_publish_acks_read_as_their_json_says(
         # Then the fast read and the JSON agree
         result = _pub_ack("ms.s", _ack(data.encode()))
         assert (result.seq, result.duplicate) == (seq, duplicate)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "$JS.ACK.MEMSTREAM.projector.1.4242.17.1700000000000000000.3",
+        "$JS.ACK.hub.ACCHASH.MEMSTREAM.projector.2.4242.18.1700000000000000000.0.tok",
+        "$JS.ACK._.ACCHASH.MEMSTREAM.projector.1.4242.18.1700000000000000000.0",
+    ],
+)
+def test_the_stream_sequence_is_read_as_nats_py_reads_it(reply: str) -> None:
+    msg = Msg(_client=None, subject="ms.x", reply=reply)  # type: ignore[arg-type]
+    assert stream_sequence(msg) == msg.metadata.sequence.stream == 4242
+
+
+def test_a_message_that_is_not_a_delivery_has_no_stream_sequence() -> None:
+    with pytest.raises(NotJSMessageError):
+        stream_sequence(Msg(_client=None, subject="x", reply="_INBOX.abc"))  # type: ignore[arg-type]
