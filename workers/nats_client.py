@@ -61,10 +61,12 @@ class MemstreamNatsClient(Client):
         if handler is None:
             await super()._process_msg(sid, subject, reply, data, headers)
             return
-        if sid not in self._subs:  # closed, or unsubscribed as nats-py does it on a drain
+        subscription = self._subs.get(sid)
+        if subscription is None:  # closed, or unsubscribed as nats-py does it on a drain
             self._direct.pop(sid, None)
             return
         # As nats-py's _process_msg, without the subscription's queue and task.
+        subscription._received += 1
         self.stats["in_msgs"] += 1
         self.stats["in_bytes"] += len(data)
         msg = self._build_message(sid, subject, reply, data, await self._process_headers(headers))

@@ -101,6 +101,7 @@ async def test_a_direct_subscription_gets_every_message_in_order_until_unsubscri
     assert [subject for subject, _, _ in got[:4]] == ["feed.0", "feed.1", "feed.2", "feed.3"]
     assert got[1][2] == {"N": "1"}
     assert got[0][2] is None
+    assert subscription.delivered == 200
     # And after unsubscribing it gets nothing more, and the client forgets it
     await subscription.unsubscribe()
     await client.publish("feed.0", b"late")
