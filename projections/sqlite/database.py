@@ -7,13 +7,7 @@ from pathlib import Path
 
 from memstream.domain.errors import UnavailableError
 
-SCHEMA_VERSION = 5
-
-# A message's row key (``mid``) is its session key shifted left by 32 bits plus its number in the
-# session, so that a session's rows are one rowid range: a session's search is an FTS5 query
-# limited to that range (FTS5 seeks to it in every term's doclist), whatever the session's size.
-SESSION_KEY_BITS = 31  # at most 2**31 - 1 sessions per read model
-MESSAGE_NUMBER_BITS = 32  # at most 2**32 - 1 messages in one session (deleted ones included)
+SCHEMA_VERSION = 4
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -138,47 +132,6 @@ _MIGRATIONS: dict[int, str] = {
         SELECT p.mid FROM messages AS p WHERE p.sid = messages.sid AND p.id = messages.parent_id
     ) WHERE parent_id IS NOT NULL;
     """,
-    # Message rows are numbered within their session's rowid range (see SESSION_KEY_BITS), and
-    # the message FTS loses its ``scope`` column: a session's search limits the FTS5 query to
-    # the session's rowid range instead of intersecting it with the doclist of a token every row
-    # of the session carries, which made a search 1.4x the raw FTS5 query in a 100,000-message
-    # session (1.07x now) and 1.4x slower in a 5,000-message session among 100,000.
-    5: """
-    CREATE TABLE mid_map (old INTEGER PRIMARY KEY, new INTEGER NOT NULL);
-    INSERT INTO mid_map (old, new)
-        SELECT mid, (sid << 32) + row_number() OVER (PARTITION BY sid ORDER BY mid)
-        FROM messages;
-    CREATE TABLE messages_v5 (
-        mid INTEGER PRIMARY KEY,
-        sid INTEGER NOT NULL,
-        id TEXT NOT NULL,
-        parent_id TEXT,
-        role TEXT NOT NULL,
-        content TEXT NOT NULL,
-        bytes INTEGER NOT NULL,
-        position INTEGER NOT NULL,
-        created_at TEXT NOT NULL,
-        child_count INTEGER NOT NULL DEFAULT 0,
-        parent_mid INTEGER,
-        UNIQUE (sid, id)
-    );
-    INSERT INTO messages_v5 (mid, sid, id, parent_id, role, content, bytes, position,
-                             created_at, child_count, parent_mid)
-        SELECT n.new, m.sid, m.id, m.parent_id, m.role, m.content, m.bytes, m.position,
-               m.created_at, m.child_count, p.new
-        FROM messages AS m JOIN mid_map AS n ON n.old = m.mid
-        LEFT JOIN mid_map AS p ON p.old = m.parent_mid;
-    CREATE VIRTUAL TABLE messages_fts_v5 USING fts5(text, tokenize = 'porter unicode61');
-    INSERT INTO messages_fts_v5 (rowid, text)
-        SELECT n.new, f.text FROM messages_fts AS f JOIN mid_map AS n ON n.old = f.rowid;
-    DROP TABLE messages_fts;
-    DROP TABLE messages;
-    DROP TABLE mid_map;
-    ALTER TABLE messages_v5 RENAME TO messages;
-    ALTER TABLE messages_fts_v5 RENAME TO messages_fts;
-    CREATE INDEX messages_children ON messages (sid, parent_id, position);
-    CREATE INDEX messages_leaves ON messages (sid, position) WHERE child_count = 0;
-    """,
 }
 
 # Tables each projection owns: dropped and rebuilt together by ``projections rebuild``.
@@ -230,18 +183,6 @@ def migrate(connection: sqlite3.Connection, target: int = SCHEMA_VERSION) -> Non
         except BaseException:
             connection.execute("ROLLBACK")
             raise
-
-
-def session_rows(sid: int) -> tuple[int, int]:
-    """The first and last row key (``mid``) a message of session key ``sid`` may have.
-
-    Raises:
-        ValueError: ``sid`` is outside the keys the layout has room for.
-    """
-    if not 0 < sid < 1 << SESSION_KEY_BITS:
-        raise ValueError(f"session key {sid} is outside 1..{(1 << SESSION_KEY_BITS) - 1}")
-    first = sid << MESSAGE_NUMBER_BITS
-    return first, first + (1 << MESSAGE_NUMBER_BITS) - 1
 
 
 def tracked_seq(connection: sqlite3.Connection, projection: str) -> int:

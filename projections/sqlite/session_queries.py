@@ -9,7 +9,6 @@ from memstream.domain.messages import Message, decode_message, decode_messages
 from memstream.projections.overlays import Compaction, apply_overlays
 from memstream.projections.recent_history import RecentHistory, recent_window
 from memstream.projections.search_query import to_fts5
-from memstream.projections.sqlite.database import session_rows
 
 MAX_DEPTH = 10_000
 
@@ -269,10 +268,14 @@ class SqliteSessionQueries:
         expression = to_fts5(query)
         if expression is None:
             return []
+        # The user's terms match the text column only; the scope column holds each row's session
+        # key, so a session's search is one FTS5 query. bm25 gives the scope column no weight
+        # (its one token still counts in the document lengths bm25 normalises by).
+        match = f"text : ({expression})"
         params: dict[str, Any] = {"limit": limit}
         if session_id is None:
             ranked = (
-                "SELECT f.rowid AS mid, bm25(messages_fts) AS score "
+                "SELECT f.rowid AS mid, bm25(messages_fts, 1.0, 0.0) AS score "
                 "FROM messages_fts AS f JOIN messages AS m ON m.mid = f.rowid "
                 "WHERE messages_fts MATCH :q "
                 "AND m.sid IN (SELECT sid FROM session_keys WHERE namespace = :ns) "
@@ -283,14 +286,12 @@ class SqliteSessionQueries:
             sid = self._sid(namespace, session_id)
             if sid is None:
                 return []
-            # The session's rows are one rowid range, which FTS5 seeks to in each doclist.
-            params["first"], params["last"] = session_rows(sid)
+            match = f'scope : "{sid}" AND {match}'
             ranked = (
-                "SELECT rowid AS mid, bm25(messages_fts) AS score FROM messages_fts "
-                "WHERE messages_fts MATCH :q AND rowid BETWEEN :first AND :last "
-                "ORDER BY score LIMIT :limit"
+                "SELECT rowid AS mid, bm25(messages_fts, 1.0, 0.0) AS score FROM messages_fts "
+                "WHERE messages_fts MATCH :q ORDER BY score LIMIT :limit"
             )
-        params["q"] = expression
+        params["q"] = match
         # Rank on rowids alone, then read the text and rows of the winners only: carrying the
         # text of every match through the sort made common terms twice as slow.
         rows = self.connection.execute(

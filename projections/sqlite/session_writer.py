@@ -13,7 +13,6 @@ from memstream.projections.session_writes import (
     SessionWrite,
     UpdateMessage,
 )
-from memstream.projections.sqlite.database import session_rows
 
 
 def session_key(connection: sqlite3.Connection, namespace: str, session_id: str) -> int:
@@ -27,9 +26,7 @@ def session_key(connection: sqlite3.Connection, namespace: str, session_id: str)
     cursor = connection.execute(
         "INSERT INTO session_keys (namespace, session_id) VALUES (?, ?)", (namespace, session_id)
     )
-    sid = int(cursor.lastrowid or 0)
-    session_rows(sid)  # refuses a key the row layout has no room for
-    return sid
+    return int(cursor.lastrowid or 0)
 
 
 def apply_session_writes(connection: sqlite3.Connection, writes: Iterable[SessionWrite]) -> None:
@@ -45,7 +42,8 @@ def apply_session_writes(connection: sqlite3.Connection, writes: Iterable[Sessio
                 _delete(connection, sid, message_id)
         elif isinstance(write, ClearSession):
             connection.execute(
-                "DELETE FROM messages_fts WHERE rowid BETWEEN ? AND ?", session_rows(sid)
+                "DELETE FROM messages_fts WHERE rowid IN (SELECT mid FROM messages WHERE sid = ?)",
+                (sid,),
             )
             connection.execute("DELETE FROM messages WHERE sid = ?", (sid,))
             connection.execute("DELETE FROM compactions WHERE sid = ?", (sid,))
@@ -67,14 +65,11 @@ def apply_session_writes(connection: sqlite3.Connection, writes: Iterable[Sessio
 
 def _insert(connection: sqlite3.Connection, sid: int, write: InsertMessage) -> None:
     # One statement: the domain never appends an existing id (keep the first content if it
-    # did), and a message re-appended after a delete adopts the orphans that point at it. The
-    # row key is the next number in the session's rowid range (see session_rows).
-    first, last = session_rows(sid)
+    # did), and a message re-appended after a delete adopts the orphans that point at it.
     cursor = connection.execute(
-        "INSERT INTO messages (mid, sid, id, parent_id, parent_mid, role, content, bytes, "
-        "position, created_at, child_count) VALUES ("
-        "(SELECT coalesce(max(mid), ?9) + 1 FROM messages WHERE mid BETWEEN ?9 AND ?10), "
-        "?1, ?2, ?3, (SELECT mid FROM messages WHERE sid = ?1 AND id = ?3), ?4, ?5, ?6, ?7, ?8, "
+        "INSERT INTO messages (sid, id, parent_id, parent_mid, role, content, bytes, position, "
+        "created_at, child_count) VALUES (?1, ?2, ?3, "
+        "(SELECT mid FROM messages WHERE sid = ?1 AND id = ?3), ?4, ?5, ?6, ?7, ?8, "
         "(SELECT count(*) FROM messages WHERE sid = ?1 AND parent_id = ?2)) "
         "ON CONFLICT (sid, id) DO NOTHING",
         (
@@ -86,15 +81,11 @@ def _insert(connection: sqlite3.Connection, sid: int, write: InsertMessage) -> N
             len(write.content.encode("utf-8", "surrogatepass")),
             write.position,
             write.created_at,
-            first,
-            last,
         ),
     )
     if cursor.rowcount != 1:
         return
     mid = cursor.lastrowid
-    if mid is None or mid > last:
-        raise ValueError(f"session key {sid} has no row numbers left for another message")
     if write.parent_id is not None:
         connection.execute(
             "UPDATE messages SET child_count = child_count + 1 WHERE sid = ? AND id = ?",
@@ -107,7 +98,8 @@ def _insert(connection: sqlite3.Connection, sid: int, write: InsertMessage) -> N
     )
     if write.text:
         connection.execute(
-            "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", (mid, write.text)
+            "INSERT INTO messages_fts (rowid, text, scope) VALUES (?, ?, ?)",
+            (mid, write.text, sid),
         )
 
 
@@ -125,7 +117,8 @@ def _update(connection: sqlite3.Connection, sid: int, write: UpdateMessage) -> N
     connection.execute("DELETE FROM messages_fts WHERE rowid = ?", (mid,))
     if write.text:
         connection.execute(
-            "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", (mid, write.text)
+            "INSERT INTO messages_fts (rowid, text, scope) VALUES (?, ?, ?)",
+            (mid, write.text, sid),
         )
 
 

@@ -23,7 +23,7 @@ from memstream.projections.session_writes import (
     project_session_event,
 )
 from memstream.projections.sqlite.checksum import checksum, first_difference
-from memstream.projections.sqlite.database import migrate, session_rows
+from memstream.projections.sqlite.database import migrate
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 from memstream.projections.sqlite.session_writer import apply_session_writes
 
@@ -121,82 +121,6 @@ def test_version_4_links_existing_messages_to_their_parent_rows() -> None:
     queries = SqliteSessionQueries(connection)
     assert [m["id"] for m in queries.history("ns", "s", "c")] == ["r", "b", "c"]
     assert [m["id"] for m in queries.history("ns", "s", "o")] == ["o"]
-
-
-def test_version_5_numbers_each_sessions_rows_in_its_own_range() -> None:
-    # Given a version-4 database with two sessions whose rows interleave, and message text in
-    # the FTS index with its session in a scope column
-    connection = sqlite3.connect(":memory:", isolation_level=None)
-    migrate(connection, target=4)
-    connection.executemany(
-        "INSERT INTO session_keys (sid, namespace, session_id) VALUES (?, 'ns', ?)",
-        [(1, "s1"), (2, "s2")],
-    )
-    rows = [
-        (1, "r", None, "apple pie"),
-        (2, "x", None, "apple tart"),
-        (1, "a", "r", "banana bread"),
-        (2, "y", "x", "banana split"),
-        (1, "b", "a", "apple crumble"),
-        (1, "o", "gone", "cherry"),
-    ]
-    for position, (sid, message_id, parent_id, text) in enumerate(rows, start=1):
-        connection.execute(
-            "INSERT INTO messages (mid, sid, id, parent_id, role, content, bytes, position, "
-            "created_at, parent_mid) VALUES (?, ?, ?, ?, 'user', ?, 0, ?, '', "
-            "(SELECT mid FROM messages WHERE sid = ? AND id = ?))",
-            (position, sid, message_id, parent_id, json.dumps(msg(message_id, text)), position,
-             sid, parent_id),
-        )  # fmt: skip
-        connection.execute(
-            "INSERT INTO messages_fts (rowid, text, scope) VALUES (?, ?, ?)", (position, text, sid)
-        )
-    # When it is migrated to the current version
-    migrate(connection)
-    # Then each session's rows are numbered from its range, in their old order
-    mids = connection.execute("SELECT sid, id, mid FROM messages ORDER BY mid").fetchall()
-    assert mids == [
-        (1, "r", (1 << 32) + 1),
-        (1, "a", (1 << 32) + 2),
-        (1, "b", (1 << 32) + 3),
-        (1, "o", (1 << 32) + 4),
-        (2, "x", (2 << 32) + 1),
-        (2, "y", (2 << 32) + 2),
-    ]
-    # And parents are linked to the renumbered rows, the orphan to none
-    links = dict(
-        connection.execute(
-            "SELECT m.id, p.id FROM messages AS m LEFT JOIN messages AS p ON p.mid = m.parent_mid"
-        ).fetchall()
-    )
-    assert links == {"r": None, "a": "r", "b": "a", "o": None, "x": None, "y": "x"}
-    # And the search text moved with its rows: each session finds its own, namespace-wide both
-    queries = SqliteSessionQueries(connection)
-    assert [h["id"] for h in queries.search("ns", "s1", "apple", 10)] == ["r", "b"]
-    assert {h["id"] for h in queries.search("ns", "s2", "apple OR banana", 10)} == {"x", "y"}
-    assert {h["id"] for h in queries.search("ns", None, "banana", 10)} == {"a", "y"}
-    assert [m["id"] for m in queries.history("ns", "s1", "b")] == ["r", "a", "b"]
-    # And new messages continue each session's numbering
-    apply_session_writes(
-        connection,
-        [InsertMessage("ns", "s2", "z", "y", "user", json.dumps(msg("z")), "apple z", 99, "")],
-    )
-    assert connection.execute("SELECT mid FROM messages WHERE id = 'z'").fetchone()[0] == (
-        (2 << 32) + 3
-    )
-
-
-def test_a_session_key_the_row_layout_has_no_room_for_is_refused() -> None:
-    connection = sqlite3.connect(":memory:", isolation_level=None)
-    migrate(connection)
-    assert session_rows(1) == (1 << 32, (2 << 32) - 1)
-    connection.execute(
-        "INSERT INTO session_keys (sid, namespace, session_id) VALUES (?, 'ns', 'last')",
-        ((1 << 31) - 1,),
-    )
-    write = InsertMessage("ns", "one-too-many", "m1", None, "user", "{}", "", 1, "")
-    with pytest.raises(ValueError, match="session key 2147483648 is outside"):
-        apply_session_writes(connection, [write])
 
 
 def test_migrate_is_idempotent(store: Store) -> None:
@@ -439,7 +363,7 @@ def test_checksums_and_first_difference_find_a_tampered_or_missing_row() -> None
             (NS, "s", "m1", "text of m1"),
         )
         # When a compaction is missing on one side, that side has no row
-        live.execute("INSERT INTO messages_fts (rowid, text) SELECT mid, 'text of m1' "
+        live.execute("INSERT INTO messages_fts (rowid, text, scope) SELECT mid, 'text of m1', sid "
                      "FROM messages WHERE id = 'm1'")  # fmt: skip
         live.execute("DELETE FROM compactions")
         found = first_difference(live, rebuilt, "sessions")
