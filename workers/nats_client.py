@@ -73,6 +73,12 @@ class MemstreamNatsClient(Client):
         if msg:
             handler(msg)
 
+    async def _close(self, status: int, do_cbs: bool = True) -> None:
+        await super()._close(status, do_cbs)
+        # nats-py drops every subscription here: a later connect() subscribes for replies anew.
+        self._direct.clear()
+        self._reply_prefix = ""
+
     def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:
         super()._remove_sub(sid, max_msgs)
         self._direct.pop(sid, None)

@@ -110,3 +110,26 @@ async def test_a_direct_subscription_gets_every_message_in_order_until_unsubscri
     await asyncio.sleep(0.2)
     assert len(got) == 200
     assert subscription._id not in client._direct
+
+
+async def test_requests_work_again_after_the_client_is_closed_and_reconnected(
+    nats_server: NatsServerProcess,
+) -> None:
+    # Given a client that made a request, was closed, and connected again
+    client = MemstreamNatsClient()
+    await client.connect(nats_server.url)
+    responder = await client.subscribe("svc.again", cb=_echo)
+    assert (await client.request("svc.again", b"1", timeout=5)).data == b"1"
+    await client.close()
+    await client.connect(nats_server.url)
+    try:
+        responder = await client.subscribe("svc.again", cb=_echo)
+        # When it makes a request, Then the reply reaches it (on a new reply subscription)
+        assert (await client.request("svc.again", b"2", timeout=5)).data == b"2"
+        await responder.unsubscribe()
+    finally:
+        await client.close()
+
+
+async def _echo(msg: Msg) -> None:
+    await msg.respond(msg.data)
