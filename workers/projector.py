@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -107,6 +107,29 @@ def apply_batch(
 ) -> int:
     """Apply entries in one transaction; return the highest sequence now tracked.
 
+    :func:`batch_steps` driven to its end, without pausing; see there.
+    """
+    steps = batch_steps(connection, projections, entries, stats, committed=committed)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as finished:
+            result: int = finished.value
+            return result
+
+
+def batch_steps(
+    connection: sqlite3.Connection,
+    projections: Sequence[Projection],
+    entries: Sequence[LogEntry],
+    stats: ProjectorStats,
+    *,
+    committed: int | None = None,
+) -> Generator[None, None, int]:
+    """Apply entries in one transaction, pausing (``yield``) after each event, and commit;
+    the generator returns the highest sequence now tracked. Closing it before its end rolls the
+    transaction back.
+
     ``committed`` is the lowest position the caller knows it committed before. When the read
     model is behind it inside this transaction (another process dropped it to rebuild it),
     nothing is written and :class:`ReadModelRewound` is raised: applying the batch would mark
@@ -161,6 +184,7 @@ def apply_batch(
                     applied = True
                 positions[projection.name] = entry.seq
             done.applied += applied
+            yield
         for name, seq in positions.items():
             set_tracked_seq(connection, name, seq)
         connection.execute("COMMIT")
@@ -361,17 +385,40 @@ class ProjectorWorker:
             return []
         return more
 
+    async def _apply(self, entries: Sequence[LogEntry]) -> int:
+        """Apply a batch (:func:`batch_steps`), letting the event loop run between events while
+        no reader waits for the batch.
+
+        A lingering projector's batch holds a few hundred events: applied at once, it would
+        hold up a writer in this process for ~10 ms (its p99.9 append latency); applied event
+        by event, the writer waits for one event at most. A waiting reader gets the rest of the
+        batch at full speed.
+        """
+        steps = batch_steps(
+            self.connection,
+            self.projections,
+            entries,
+            self.stats,
+            committed=self._committed,  # someone may have dropped it to rebuild it
+        )
+        demand = self.demand
+        try:
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as finished:
+                    result: int = finished.value
+                    return result
+                if demand is not None and not demand.pressing(self._committed):
+                    await asyncio.sleep(0)
+        finally:
+            steps.close()  # rolls back a batch left unfinished (stopped in the middle)
+
     async def _apply_with_retry(self, entries: Sequence[LogEntry]) -> int:
         delay = 0.05
         while True:
             try:
-                return apply_batch(
-                    self.connection,
-                    self.projections,
-                    entries,
-                    self.stats,
-                    committed=self._committed,  # someone may have dropped it to rebuild it
-                )
+                return await self._apply(entries)
             except ReadModelRewound:
                 raise
             except Exception:

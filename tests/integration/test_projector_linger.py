@@ -1,17 +1,21 @@
-"""The in-process projector gathers a burst of writes into few transactions, and any reader
-waiting for more than is committed, in this process or another, cuts that short."""
+"""The projector gathers a burst of writes into few transactions, and any reader waiting for
+more than is committed, in this process or another, cuts that short; a batch lets the event loop
+run between its events, and a projector stopped in the middle of one rolls it back."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 
 import pytest
 
 import memstream.client
 from memstream.client import open_memstream
+from memstream.projections.sqlite.database import open_database, tracked_seq
 from memstream.settings import Settings
 from memstream.workers.position import Demand
+from memstream.workers.projector import ContextProjection, ProjectorWorker, SessionProjection
 from memstream.workers.service import WorkerConfig, run_worker
 
 
@@ -111,3 +115,67 @@ async def test_a_projector_worker_of_its_own_lingers_and_hears_readers_too(
         await client.close()
         stop.set()
         await worker
+
+
+class _Halfway(SessionProjection):
+    """The session projection, announcing when it has applied ``at`` events."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.count = 0
+        self.reached = asyncio.Event()
+
+    def apply(self, connection: sqlite3.Connection, subject: str, seq: int, event: object) -> None:
+        super().apply(connection, subject, seq, event)
+        self.count += 1
+        if self.count == self.at:
+            self.reached.set()
+
+
+async def test_a_batch_lets_others_run_between_its_events_and_a_stop_rolls_it_back(
+    settings: Settings,
+) -> None:
+    # Given 300 appends in the log and a projector that will take them in one batch
+    writer = await open_memstream(settings, workers=False)
+    try:
+        session = writer.session("s")
+        for i in range(300):
+            await session.append_message(_message(i))
+        connection = open_database(settings.database_path)
+        halfway = _Halfway(150)
+        worker = ProjectorWorker(
+            writer.log, connection, projections=[halfway, ContextProjection()], demand=Demand()
+        )
+        # When this task runs while the batch is half applied (it can only if the projector
+        # lets the event loop run between events), and stops the projector there
+        worker.start()
+        async with asyncio.timeout(10):
+            await halfway.reached.wait()
+        await worker.stop()
+        # Then nothing of the batch was committed, and no transaction is left open
+        assert halfway.count < 300
+        assert not connection.in_transaction
+        assert tracked_seq(connection, "sessions") == 0
+        assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
+        connection.close()
+        # And a projector started again applies every event once
+        connection = open_database(settings.database_path)
+        caught_up = asyncio.Event()
+
+        def committed(seq: int) -> None:
+            if seq >= 300:
+                caught_up.set()
+
+        again = ProjectorWorker(writer.log, connection, demand=Demand(), on_commit=committed)
+        again.start()
+        try:
+            async with asyncio.timeout(10):
+                await caught_up.wait()
+            assert again.stats.applied == 300
+            rows = connection.execute("SELECT count(*), count(DISTINCT id) FROM messages")
+            assert rows.fetchone() == (300, 300)
+        finally:
+            await again.stop()
+            connection.close()
+    finally:
+        await writer.close()
