@@ -31,6 +31,7 @@ from bench.harness import (
     Row,
     bench_env,
     median,
+    ms,
     paired_ratio,
     raw_stream,
 )
@@ -106,12 +107,14 @@ async def _raw_projector(env: BenchEnv, client: Client, shape: str) -> AsyncIter
 
 @dataclass
 class Rounds:
-    """Per-round rates (ours, raw) and this process's CPU time per operation (µs)."""
+    """Per-round rates (ours, raw), this process's CPU time per operation (µs) and the
+    latency of each of our appends (s)."""
 
     ours: list[float] = field(default_factory=list)
     raw: list[float] = field(default_factory=list)
     ours_cpu: list[float] = field(default_factory=list)
     raw_cpu: list[float] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
 
 
 def _cpu() -> float:
@@ -152,8 +155,12 @@ async def _rounds(
         if shape != "none":
             await memstream.wait_for_sessions()  # each phase starts with an idle projector
         start, cpu = time.perf_counter(), _cpu()
+        clock = time.perf_counter
+        latencies = rounds.latencies
         for message in messages:
+            sent = clock()
             await session.append_message(message)
+            latencies.append(clock() - sent)
         rounds.ours.append(PER_ROUND / (time.perf_counter() - start))
         rounds.ours_cpu.append((_cpu() - cpu) / PER_ROUND * 1e6)
         if shape != "none":
@@ -185,6 +192,14 @@ async def run() -> Row:
             f"{paired_ratio(rounds.ours, rounds.raw):.2f}×"
         )
 
+    def latency_of(shape: str) -> str:
+        latencies = sorted(results[shape].latencies)
+
+        def at(share: float) -> str:
+            return ms(latencies[round(share * (len(latencies) - 1))])
+
+        return f"p50 {at(0.5)}, p99 {at(0.99)}, p99.9 {at(0.999)}, max {ms(latencies[-1])}"
+
     def cpu_of(shape: str) -> str:
         rounds = results[shape]
         return f"{median(rounds.ours_cpu):.0f} vs {median(rounds.raw_cpu):.0f} µs"
@@ -207,5 +222,6 @@ async def run() -> Row:
         f"{ratio_of('fair')}. This process's CPU time (user + system) per append vs per raw "
         f"publish: {cpu_of('in-process')} with the projector in this process, {cpu_of('none')} "
         f"on the write path alone: the client is CPU-bound where raw publishing waits on the "
-        f"server",
+        f"server. Latency of each append with the projector in this process: "
+        f"{latency_of('in-process')}",
     )
