@@ -18,7 +18,10 @@ from memstream.cli.demo import run_demo
 from memstream.cli.output import note, show_demo, show_platform
 from memstream.workers.apps import create_app, nats_security, require_worker
 from memstream.workers.embedded import EmbeddedRuntime
+from memstream.workers.projector import DEFAULT_LINGER
 from memstream.workers.service import WorkerConfig
+
+MAX_LINGER = 10.0  # seconds; more would only make status show a lag longer
 
 
 def up(
@@ -71,6 +74,13 @@ async def _up(settings: Settings, *, demo: bool) -> None:
 def worker(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="The worker to run: projector.", show_default=False)],
+    linger: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a projector gathers writes per transaction unless a reader waits "
+            "(0: commit what each fetch returns at once).",
+        ),
+    ] = DEFAULT_LINGER,
 ) -> None:
     """Run a worker in its own process (a FastStream app) until SIGTERM or Ctrl-C.
 
@@ -81,6 +91,8 @@ def worker(
     """
     settings = settings_of(ctx)
     require_worker(name)
+    if not 0 <= linger <= MAX_LINGER:
+        raise InvalidInputError(f"--linger is {linger:g}; it must be 0 to {MAX_LINGER:g} seconds")
     runtime: EmbeddedRuntime | None = None
     url = settings.nats_url
     if url is None:
@@ -95,7 +107,9 @@ def worker(
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     try:
         configure_logging()
-        config = WorkerConfig(nats_url=url, stream=settings.stream, database=settings.database_path)
+        config = WorkerConfig(
+            nats_url=url, stream=settings.stream, database=settings.database_path, linger=linger
+        )
         security = nats_security(
             user=settings.nats_user,
             password=settings.nats_password,

@@ -64,10 +64,11 @@ class ProjectorService:
         )
         self.worker.start()
         logger.info(
-            "projector: stream %s -> %s (from sequence %d)",
+            "projector: stream %s -> %s (from sequence %d, lingering up to %g s)",
             self.config.stream,
             self.config.database,
             self.worker.start_position(),
+            self.config.linger,
         )
 
     async def stop(self) -> None:

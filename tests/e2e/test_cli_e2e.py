@@ -83,14 +83,20 @@ def cli_env(tmp_path: Path, nats_server: NatsServerProcess) -> dict[str, str]:
 
 @pytest.fixture
 def projector(tmp_path: Path, cli_env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
-    """``memstream worker projector`` (the FastStream app) as its own process."""
+    """``memstream worker projector`` (the FastStream app) as its own process, lingering up to
+    5 s per transaction: every read below is a process of its own that cuts that short."""
     log = tmp_path / "worker.log"
     with log.open("w") as sink:
         process = subprocess.Popen(
-            [MEMSTREAM, "worker", "projector"], env=cli_env, stdout=sink, stderr=sink, text=True
+            [MEMSTREAM, "worker", "projector", "--linger", "5"],
+            env=cli_env,
+            stdout=sink,
+            stderr=sink,
+            text=True,
         )
     try:
         wait_for_text(log, "FastStream app started", process)
+        assert "lingering up to 5 s" in log.read_text()
         yield process
     finally:
         if process.poll() is None:

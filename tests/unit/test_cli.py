@@ -221,6 +221,17 @@ def test_unknown_worker_is_a_user_error() -> None:
     assert_user_error(result, "unknown worker 'nope'; known: projector")
 
 
+def test_a_worker_linger_out_of_range_is_a_user_error() -> None:
+    assert_user_error(
+        invoke("worker", "projector", "--linger", "-1"),
+        "--linger is -1; it must be 0 to 10 seconds",
+    )
+    assert_user_error(
+        invoke("worker", "projector", "--linger", "11"),
+        "--linger is 11; it must be 0 to 10 seconds",
+    )
+
+
 def test_unreachable_nats_is_one_line_and_exit_1() -> None:
     # Given a NATS URL where nothing listens (port 1)
     result = invoke("--nats-url", "nats://127.0.0.1:1", "status")
