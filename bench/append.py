@@ -33,6 +33,7 @@ from bench.harness import (
     median,
     ms,
     paired_ratio,
+    percentile,
     raw_stream,
 )
 from bench.payloads import MessageFactory, payload
@@ -193,12 +194,12 @@ async def run() -> Row:
         )
 
     def latency_of(shape: str) -> str:
-        latencies = sorted(results[shape].latencies)
-
-        def at(share: float) -> str:
-            return ms(latencies[round(share * (len(latencies) - 1))])
-
-        return f"p50 {at(0.5)}, p99 {at(0.99)}, p99.9 {at(0.999)}, max {ms(latencies[-1])}"
+        latencies = results[shape].latencies
+        shares = ", ".join(
+            f"{name} {ms(percentile(latencies, share))}"
+            for name, share in (("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999))
+        )
+        return f"{shares}, max {ms(max(latencies))}"
 
     def cpu_of(shape: str) -> str:
         rounds = results[shape]

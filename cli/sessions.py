@@ -123,18 +123,15 @@ def search(
     check_int("limit", limit, minimum=1, maximum=SEARCH_LIMIT_MAX)
     text = search_query(query)  # None: matches nothing (over 4 KiB)
 
-    async def main() -> list[dict[str, Any]]:
+    async def main(text: str) -> list[dict[str, Any]]:
         async with connected(settings) as ms:
-            if text is None:
-                return []
             await ms.sync("sessions")
             if session is not None:
-                hits = await ms.session(session).search(query, limit)
+                hits = await ms.session(session).search(text, limit)
                 return [{"session_id": session, **hit} for hit in hits]
-            await ms.wait_for_sessions()
             return ms.session_queries.search(ms.namespace, None, text, limit)
 
-    hits = run(main())
+    hits = [] if text is None else run(main(text))
     if as_json:
         emit_json(hits)
     else:

@@ -35,26 +35,28 @@ H_EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 
 
 class _CommandIds:
-    """Unique command ids without a system call each (``uuid4`` reads the OS's random source
-    every time, and even ``os.getpid`` is a system call): 80 random bits drawn once per process,
-    then a counter, as 32 hex digits. A forked child draws its own bits."""
+    """Unique command ids without reading the OS's random source for each (as ``uuid4`` does):
+    80 random bits drawn once per process, then a counter, as 32 hex digits. A forked child
+    draws its own bits."""
 
     def __init__(self) -> None:
         self._prefix = ""
         self._count = 0
+        self._follows_forks = False
 
     def next(self) -> str:
         if not self._prefix:
-            if not self._count:  # first use in this interpreter: follow it into forked children
+            if not self._follows_forks:  # registered on first use, not at import
                 os.register_at_fork(after_in_child=self.reset)
+                self._follows_forks = True
             self._prefix = secrets.token_hex(10)
         self._count += 1
         return f"{self._prefix}{self._count:012x}"
 
     def reset(self) -> None:
-        """Draw new bits (in a forked child, which must not repeat its parent's ids)."""
+        """Draw new bits on the next id (in a forked child, which must not repeat its
+        parent's ids)."""
         self._prefix = ""
-        self._count = 1
 
 
 _command_ids = _CommandIds()

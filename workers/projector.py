@@ -110,12 +110,19 @@ def apply_batch(
     :func:`batch_steps` driven to its end, without pausing; see there.
     """
     steps = batch_steps(connection, projections, entries, stats, committed=committed)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as finished:
-            result: int = finished.value
-            return result
+    while (result := _step(steps)) is None:
+        pass
+    return result
+
+
+def _step(steps: Generator[None, None, int]) -> int | None:
+    """Run :func:`batch_steps` to its next pause; its result once it has committed."""
+    try:
+        next(steps)
+    except StopIteration as finished:
+        result: int = finished.value
+        return result
+    return None
 
 
 def batch_steps(
@@ -403,14 +410,10 @@ class ProjectorWorker:
         )
         demand = self.demand
         try:
-            while True:
-                try:
-                    next(steps)
-                except StopIteration as finished:
-                    result: int = finished.value
-                    return result
+            while (result := _step(steps)) is None:
                 if demand is not None and not demand.pressing(self._committed):
                     await asyncio.sleep(0)
+            return result
         finally:
             steps.close()  # rolls back a batch left unfinished (stopped in the middle)
 

@@ -7,16 +7,19 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 
 import memstream.client
-from memstream.client import open_memstream
+from memstream.client import Memstream, open_memstream
+from memstream.domain.errors import ProjectionLagError
 from memstream.projections.sqlite.database import open_database, tracked_seq
 from memstream.settings import Settings
-from memstream.workers.position import Demand
+from memstream.workers.position import Demand, PositionWatch
 from memstream.workers.projector import ContextProjection, ProjectorWorker, SessionProjection
 from memstream.workers.service import WorkerConfig, run_worker
+from memstream.workers.subjects import demand_subject
 
 
 def _message(i: int) -> dict[str, object]:
@@ -50,26 +53,70 @@ async def test_a_burst_of_writes_is_committed_in_a_few_batches(
         await ms.close()
 
 
-async def test_a_reader_in_another_process_cuts_the_lingering_short(
+@pytest.fixture
+async def lingering(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Given an owner whose projector lingers up to 10 s, and a client without workers
+) -> AsyncIterator[tuple[Memstream, Memstream]]:
+    """An owner whose projector lingers up to 10 s, and a client without workers."""
     monkeypatch.setattr(memstream.client, "PROJECTOR_LINGER", 10.0)
     owner = await open_memstream(settings, workers=True)
     guest = await open_memstream(settings, workers=False)
     try:
-        session = guest.session("s")
-        for i in range(3):
-            # When the client writes and reads its write
-            started = time.monotonic()
-            await session.append_message(_message(i))
-            history = await session.get_history()
-            # Then it waits far less than the linger: it told the owner's projector over NATS
-            assert time.monotonic() - started < 3.0
-            assert [m["id"] for m in history] == [f"m{j}" for j in range(i + 1)]
+        yield owner, guest
     finally:
         await guest.close()
         await owner.close()
+
+
+async def test_a_reader_in_another_process_cuts_the_lingering_short(
+    lingering: tuple[Memstream, Memstream],
+) -> None:
+    # Given an owner whose projector lingers up to 10 s, and a client without workers
+    _, guest = lingering
+    session = guest.session("s")
+    for i in range(3):
+        # When the client writes and reads its write
+        started = time.monotonic()
+        await session.append_message(_message(i))
+        history = await session.get_history()
+        # Then it waits far less than the linger: it told the owner's projector over NATS
+        assert time.monotonic() - started < 3.0
+        assert [m["id"] for m in history] == [f"m{j}" for j in range(i + 1)]
+
+
+async def test_a_reader_elsewhere_repeats_what_it_waits_for_at_every_poll() -> None:
+    # Given a watch of a projection that never moves, and a record of the reader's signals
+    told: list[int] = []
+
+    async def nudge(seq: int) -> None:
+        told.append(seq)
+
+    watch = PositionWatch("sessions", lambda: 0, nudge=nudge)
+    # When a reader waits for sequence 7 until its timeout
+    with pytest.raises(ProjectionLagError):
+        await watch.wait_for(7, timeout=0.05)
+    # Then it said so more than once (a signal may be lost, or reach nobody yet), and only that
+    assert len(told) >= 3
+    assert set(told) == {7}
+
+
+async def test_a_projector_ignores_a_demand_signal_that_is_not_a_sequence(
+    lingering: tuple[Memstream, Memstream],
+) -> None:
+    # Given an owner whose projector lingers up to 10 s, and a client without workers
+    owner, guest = lingering
+    # When garbage arrives on the demand subject
+    for junk in (b"", b"abc", b"-", b"9" * 5000, "\u00e9".encode()):
+        await guest.client.publish(demand_subject(guest.log.stream), junk)
+    await guest.client.flush()
+    # Then the projector keeps projecting and still hears real readers
+    session = guest.session("s")
+    started = time.monotonic()
+    await session.append_message(_message(0))
+    assert [m["id"] for m in await session.get_history()] == ["m0"]
+    assert time.monotonic() - started < 3.0
+    assert owner.projector is not None
+    assert owner.projector.stats.dead_lettered == 0
 
 
 def test_demand_presses_while_a_reader_here_or_elsewhere_waits_for_more() -> None:

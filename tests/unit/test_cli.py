@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -230,6 +231,14 @@ def test_a_worker_linger_out_of_range_is_a_user_error() -> None:
         invoke("worker", "projector", "--linger", "11"),
         "--linger is 11; it must be 0 to 10 seconds",
     )
+
+
+def test_a_search_over_4_kib_matches_nothing_without_connecting() -> None:
+    # Given a NATS URL where nothing listens: a command that connected would fail
+    result = invoke("--nats-url", "nats://127.0.0.1:1", "sessions", "search", "x" * 5000, "--json")
+    # Then the query over 4 KiB is an empty result, at once (spec Part A.5)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == []
 
 
 def test_unreachable_nats_is_one_line_and_exit_1() -> None:
