@@ -27,6 +27,11 @@ class UnavailableError(MemstreamError):
     """NATS or the read-model database cannot be reached."""
 
 
+class ReadModelDamagedError(UnavailableError):
+    """The read-model database is corrupt or not a memstream read model; it is rebuilt from the
+    log (by the process that runs the projector, or ``memstream projections rebuild``)."""
+
+
 class ProjectionLagError(MemstreamError):
     """A read model did not reach the caller's last write within the timeout."""
 

@@ -9,18 +9,26 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from eventsourcing.domain import Aggregate
 from nats.aio.client import Client
 
 from memstream.domain.context import ContextDocument, SearchIndex
-from memstream.domain.errors import InvalidInputError
+from memstream.domain.errors import InvalidInputError, ReadModelDamagedError
 from memstream.domain.limits import check_namespace, check_session_id
 from memstream.domain.session import Session as SessionAggregate
 from memstream.projections.sqlite.context_queries import SqliteContextQueries
-from memstream.projections.sqlite.database import open_database, tracked_seq
+from memstream.projections.sqlite.damage import is_damage
+from memstream.projections.sqlite.database import (
+    REBUILD_HINT,
+    ReadModelConnection,
+    file_replaced,
+    open_database,
+    tracked_seq,
+)
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
+from memstream.read_guard import guarded
 from memstream.session import Session
 from memstream.settings import Settings
 from memstream.workers.aggregate_store import AggregateStore
@@ -54,25 +62,63 @@ class Memstream:
         self.client = client
         self.log = log
         self.runtime = runtime
-        self.database = connection
-        self.session_queries = SqliteSessionQueries(connection)
-        self.context_queries = SqliteContextQueries(connection)
+        self._read_from(connection)
         self.sessions = AggregateStore(log, self._empty_session)
         self.blocks = AggregateStore(log, lambda key: ContextDocument.empty(self.namespace, key))
         self.search_indexes = AggregateStore(
             log, lambda key: SearchIndex.empty(self.namespace, key)
         )
         self.demand = Demand()
-        self.positions = {
-            name: PositionWatch(
-                name, partial(tracked_seq, connection, name), self.demand, self._nudge
-            )
-            for name in ("sessions", "context")
-        }
+        self.positions = self._watch_positions()
         self.last_write_seq = 0
         self.projector: ProjectorWorker | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._subjects: dict[str, str] = {}
+
+    def _read_from(self, connection: sqlite3.Connection) -> None:
+        self.database = connection
+        self.session_queries = guarded(SqliteSessionQueries(connection), self._damaged)
+        self.context_queries = guarded(SqliteContextQueries(connection), self._damaged)
+
+    def _watch_positions(self) -> dict[str, PositionWatch]:
+        return {
+            name: PositionWatch(name, partial(self._tracked_seq, name), self.demand, self._nudge)
+            for name in ("sessions", "context")
+        }
+
+    def _tracked_seq(self, projection: str) -> int:
+        try:
+            return tracked_seq(self.database, projection)
+        except sqlite3.DatabaseError as error:
+            if not is_damage(error):
+                raise
+            self._damaged(error)
+
+    def _reopen_if_replaced(self) -> None:
+        """Read the new file once a damaged read model was replaced (by the projector here or
+        elsewhere, or a rebuild): one ``stat`` per read."""
+        if not file_replaced(self.database):
+            return
+        old = self.database
+        self._read_from(open_database(self.settings.database_path))
+        self.positions = self._watch_positions()  # the new file starts again from 0
+        old.close()
+        logger.info("reading the replaced read model %s", self.settings.database_path)
+
+    def _damaged(self, error: sqlite3.DatabaseError) -> NoReturn:
+        """A read met damage: have the projector of this process replace the file, or say how."""
+        path = self.settings.database_path
+        if self.projector is not None:
+            connection = self.database
+            identity = connection.identity if isinstance(connection, ReadModelConnection) else None
+            self.projector.report_damage(str(error), identity)
+            raise ReadModelDamagedError(
+                f"read model {path} is damaged ({error}); this process moves it aside and "
+                "rebuilds it from the log: retry in a moment"
+            ) from error
+        raise ReadModelDamagedError(
+            f"read model {path} is damaged ({error}); {REBUILD_HINT}"
+        ) from error
 
     def _empty_session(self, session_id: str) -> SessionAggregate:
         return SessionAggregate.empty(self.namespace, session_id)
@@ -128,7 +174,10 @@ class Memstream:
 
         Raises:
             ProjectionLagError: not reached within the read timeout.
+            ReadModelDamagedError: the read model is damaged (and being rebuilt, when this
+                process runs the projector).
         """
+        self._reopen_if_replaced()
         await self.positions[projection].wait_for(
             self.last_write_seq if seq is None else seq, self.settings.read_timeout
         )
@@ -155,13 +204,13 @@ class Memstream:
         for watch in self.positions.values():
             watch.advance(seq)
 
-    def start_workers(self) -> None:
-        """Run the projector in this process."""
+    def start_workers(self, connection: sqlite3.Connection | None = None) -> None:
+        """Run the projector in this process (on ``connection``, or a new one)."""
         if self.projector is not None:
             return
         self.projector = ProjectorWorker(
             self.log,
-            open_database(self.settings.database_path),
+            connection or open_database(self.settings.database_path, repair=True),
             on_commit=self._advance,
             demand=self.demand,
             linger=PROJECTOR_LINGER,
@@ -222,6 +271,8 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
     else:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     client: Client | None = None
+    run_workers = workers if workers is not None else (runtime is not None and runtime.owner)
+    projector_db: sqlite3.Connection | None = None
     try:
         client = await connect_nats(
             url,
@@ -232,8 +283,12 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
         )
         log = EventLog(client, settings.stream, timeout=settings.write_timeout)
         await log.ensure_stream()
+        if run_workers:  # first: it replaces a damaged read model, which the reader then opens
+            projector_db = open_database(settings.database_path, repair=True)
         connection = open_database(settings.database_path)
     except BaseException:
+        if projector_db is not None:
+            projector_db.close()
         if client is not None:  # e.g. the stream could not be created: leave nothing open
             with contextlib.suppress(Exception):
                 await client.close()
@@ -241,9 +296,8 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
             runtime.release()
         raise
     ms = Memstream(settings, client, log, connection, runtime)
-    run_workers = workers if workers is not None else (runtime is not None and runtime.owner)
     if run_workers:
-        ms.start_workers()
+        ms.start_workers(projector_db)
     elif runtime is not None and workers is None:
         ms.watch_ownership(run_workers=True)
     return ms

@@ -13,7 +13,6 @@ applies whatever one fetch returned, does not have.
 from __future__ import annotations
 
 import logging
-import sqlite3
 
 from faststream import FastStream
 from faststream.nats import NatsBroker, NatsCredentials, NatsToken, NatsUserPassword
@@ -47,17 +46,15 @@ class ProjectorService:
         self.broker = broker
         self.config = config
         self.worker: ProjectorWorker | None = None
-        self._connection: sqlite3.Connection | None = None
 
     async def start(self) -> None:
         """Start projecting on the broker's (already connected) client."""
         client = await self.broker.connect()  # returns the broker's existing connection
         log = EventLog(client, self.config.stream)
         await log.ensure_stream()
-        self._connection = open_database(self.config.database)
         self.worker = ProjectorWorker(
             log,
-            self._connection,
+            open_database(self.config.database, repair=True),
             batch_size=self.config.batch_size,
             demand=Demand(),
             linger=self.config.linger,
@@ -75,10 +72,8 @@ class ProjectorService:
         """Stop projecting (an unacknowledged batch is redelivered and skipped on restart)."""
         if self.worker is not None:
             await self.worker.stop()
+            self.worker.connection.close()  # the worker's: it replaces a damaged read model
             self.worker = None
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
         logger.info("projector: stopped")
 
 

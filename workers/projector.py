@@ -3,7 +3,9 @@
 Each batch is applied in one transaction together with each projection's tracking row, then
 acknowledged; a redelivered sequence at or below the tracked one is skipped. On start the
 durable consumer is (re)positioned at the read models' tracked sequence, so a dropped read model
-is rebuilt from the log and a killed worker resumes exactly where its last commit ended.
+is rebuilt from the log and a killed worker resumes exactly where its last commit ended. A
+damaged read-model file (met in a batch, or reported by a reader) is moved aside and rebuilt
+the same way, from sequence 1.
 """
 
 from __future__ import annotations
@@ -22,11 +24,18 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import api
 
+from memstream.domain.errors import MemstreamError
 from memstream.projections.context_writes import project_context_event
 from memstream.projections.session_writes import project_session_event
 from memstream.projections.sqlite.context_writer import apply_context_writes
+from memstream.projections.sqlite.damage import FileIdentity, is_damage
 from memstream.projections.sqlite.database import (
+    ReadModelConnection,
+    database_path,
+    file_replaced,
+    open_database,
     record_dead_letter,
+    replace_damaged,
     set_tracked_seq,
     tracked_seq,
 )
@@ -43,6 +52,8 @@ MAX_ATTEMPTS = 5
 # How long a projector gathers a burst of writes before committing it, unless a reader waits for
 # more than is committed, in its process or any other (see ProjectorWorker._linger).
 DEFAULT_LINGER = 0.05
+# How long a projector waits before trying again to replace a damaged read model it could not.
+RENEW_RETRY = 5.0
 
 
 class Projection(Protocol):
@@ -253,6 +264,7 @@ class ProjectorWorker:
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._committed = 0
+        self._damage: str | None = None  # why the read model must be replaced, once known
 
     def start_position(self) -> int:
         """First stream sequence not yet applied by every projection."""
@@ -295,6 +307,49 @@ class ProjectorWorker:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._damage is not None:
+            # A short-lived process (a CLI command) leaves the file moved aside, for the next
+            # projector to rebuild, instead of damaged.
+            self._renew_read_model()
+
+    def report_damage(self, reason: str, identity: FileIdentity | None) -> None:
+        """A reader in this process met damage in the read-model file ``identity``: replace it
+        and rebuild it (within a fetch timeout, or at :meth:`stop`). A report about a file this
+        projector has replaced already is ignored."""
+        connection = self.connection
+        if isinstance(connection, ReadModelConnection) and connection.identity == identity:
+            self._damage = reason
+
+    def _note_damage(self, error: BaseException) -> bool:
+        """Remember ``error`` if it says the read-model file is damaged and can be replaced."""
+        if not is_damage(error) or database_path(self.connection) is None:
+            return False
+        self._damage = str(error)
+        return True
+
+    def _renew_read_model(self) -> bool:
+        """Move a damaged read model aside and open a fresh one, or open the file another
+        process put in place of ours (e.g. ``projections rebuild``). False when that failed
+        (logged with what to do); the caller tries again later."""
+        connection = self.connection
+        damage = self._damage
+        if not isinstance(connection, ReadModelConnection) or (
+            damage is None and not file_replaced(connection)
+        ):
+            return True
+        path = connection.path
+        connection.close()
+        try:
+            if damage is not None:
+                self.connection = replace_damaged(path, damage, connection.identity)
+            else:
+                self.connection = open_database(path, repair=True)
+                logger.info("projector %s: read model %s was replaced", self.durable, path)
+        except MemstreamError as error:
+            logger.error("projector %s: %s", self.durable, error)
+            return False
+        self._damage = None
+        return True
 
     async def run(self) -> None:
         """Consume until :meth:`stop` (reconnecting and re-binding after NATS outages)."""
@@ -309,6 +364,9 @@ class ProjectorWorker:
     async def _run(self) -> None:
         while not self._stopping.is_set():
             try:
+                if not self._renew_read_model():
+                    await asyncio.sleep(RENEW_RETRY)
+                    continue
                 self._committed = self.start_position() - 1
                 if self.on_commit:
                     self.on_commit(self._committed)
@@ -317,13 +375,15 @@ class ProjectorWorker:
                     await self._consume(puller)
                 finally:
                     await puller.close()
-            except ReadModelRewound:
-                logger.info("projector %s: read model was rebuilt; re-binding", self.durable)
+            except ReadModelRewound as rewound:
+                logger.info("projector %s: %s; re-binding", self.durable, rewound)
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as error:
                 if self._stopping.is_set():
                     break
+                if self._note_damage(error):
+                    continue
                 logger.warning("projector %s lost NATS; retrying", self.durable, exc_info=True)
                 await asyncio.sleep(0.25)
 
@@ -349,6 +409,8 @@ class ProjectorWorker:
     async def _consume(self, puller: Puller) -> None:
         fetch = puller.fetch
         while not self._stopping.is_set():
+            if self._damage is not None:
+                raise ReadModelRewound(f"read model damaged ({self._damage})")
             try:
                 msgs: list[Msg] = await fetch(self.batch_size, timeout=0.5)
             except (TimeoutError, nats.errors.TimeoutError):
@@ -420,11 +482,15 @@ class ProjectorWorker:
     async def _apply_with_retry(self, entries: Sequence[LogEntry]) -> int:
         delay = 0.05
         while True:
+            if self._damage is not None or file_replaced(self.connection):  # one stat a batch
+                raise ReadModelRewound("read model damaged or replaced")
             try:
                 return await self._apply(entries)
             except ReadModelRewound:
                 raise
-            except Exception:
+            except Exception as error:
+                if self._note_damage(error):
+                    raise ReadModelRewound(f"read model damaged ({error})") from error
                 self.stats.transient_failures += 1
                 logger.exception(
                     "projector %s: batch failed; retrying in %.2fs", self.durable, delay

@@ -40,15 +40,18 @@ async def run_worker(name: str, config: WorkerConfig, stop: asyncio.Event) -> No
     client = await connect_nats(config.nats_url, name=f"memstream-{name}")
     log = EventLog(client, config.stream)
     await log.ensure_stream()
-    connection = open_database(config.database)
     worker = ProjectorWorker(
-        log, connection, batch_size=config.batch_size, demand=Demand(), linger=config.linger
+        log,
+        open_database(config.database, repair=True),
+        batch_size=config.batch_size,
+        demand=Demand(),
+        linger=config.linger,
     )
     worker.start()
     try:
         await stop.wait()
     finally:
         await worker.stop()
-        connection.close()
+        worker.connection.close()  # the worker's: it replaces a damaged read model
         await client.flush(timeout=2)
         await client.close()

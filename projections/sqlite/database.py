@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
+import time
 from pathlib import Path
 
-from memstream.domain.errors import UnavailableError
+from memstream.domain.errors import ReadModelDamagedError, UnavailableError
+from memstream.projections.sqlite.damage import (
+    FileIdentity,
+    file_identity,
+    is_damage,
+    move_aside,
+    recovery_lock,
+)
 
-SCHEMA_VERSION = 4
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 5
+# ``PRAGMA application_id`` of a memstream read model ("MSDB"), set by migration
+# APPLICATION_ID_VERSION. A database at a lower version without it is an older memstream read
+# model; any other non-empty database without it is foreign.
+APPLICATION_ID = 0x4D534442
+APPLICATION_ID_VERSION = 5
+# Up to this size, opening for the projector (``repair=True``) runs ``PRAGMA quick_check``:
+# about 1 ms per MiB with a warm page cache. Larger files are checked at their first error.
+QUICK_CHECK_LIMIT = 32 * 1024 * 1024
+# Switching a fresh file to WAL needs an exclusive lock that SQLite's busy handler does not
+# wait for, so concurrent first opens retry it (bounded).
+WAL_SWITCH_TIMEOUT = 30.0
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
+REBUILD_HINT = "run `memstream projections rebuild` to move it aside and rebuild it from the log"
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -132,6 +158,8 @@ _MIGRATIONS: dict[int, str] = {
         SELECT p.mid FROM messages AS p WHERE p.sid = messages.sid AND p.id = messages.parent_id
     ) WHERE parent_id IS NOT NULL;
     """,
+    # Marks the file as a memstream read model, so that a foreign database is not taken for one.
+    APPLICATION_ID_VERSION: f"PRAGMA application_id = {APPLICATION_ID}",
 }
 
 # Tables each projection owns: dropped and rebuilt together by ``projections rebuild``.
@@ -148,41 +176,226 @@ PROJECTION_TABLES: dict[str, tuple[str, ...]] = {
 }
 
 
-def open_database(path: str | Path) -> sqlite3.Connection:
+class ReadModelConnection(sqlite3.Connection):
+    """A read-model connection that knows its file, to notice when the file is replaced.
+
+    ``replaced`` is the name a damaged file was moved aside to when opening it did so.
+    """
+
+    path: Path
+    identity: FileIdentity | None
+    replaced: Path | None = None
+
+
+def open_database(
+    path: str | Path, *, repair: bool = False, quick_check_limit: int = QUICK_CHECK_LIMIT
+) -> sqlite3.Connection:
     """Open (and migrate) the read-model database in WAL mode.
 
+    Every open checks cheaply that the file is a memstream read model (a database, with our
+    ``application_id``, whose schema reads). With ``repair`` (the process that runs the
+    projector, or a rebuild), a file up to ``quick_check_limit`` bytes is checked whole too,
+    and a damaged or foreign file is moved aside (:func:`replace_damaged`) and a fresh one
+    opened, to be rebuilt from the log.
+
     Raises:
+        ReadModelDamagedError: the file is damaged or foreign (and ``repair`` is off, or it
+            cannot be moved aside).
         UnavailableError: the file cannot be opened or migrated.
     """
+    path = Path(path)
     try:
-        connection = sqlite3.connect(
-            str(path), isolation_level=None, check_same_thread=False, timeout=30.0
+        return _open_checked(path, quick_check_limit if repair else -1)
+    except _Damaged as damage:
+        if not repair:
+            raise ReadModelDamagedError(
+                f"read model {path} is damaged ({damage.reason}); {REBUILD_HINT}"
+            ) from damage
+        return replace_damaged(path, damage.reason, damage.identity)
+
+
+def replace_damaged(path: Path, reason: str, identity: FileIdentity | None) -> ReadModelConnection:
+    """Move the damaged read model at ``path`` aside and open a fresh one in its place.
+
+    ``identity`` is the damaged file's (:func:`file_identity`): when another file is at
+    ``path`` already, another process has replaced it, and that one is opened.
+
+    Raises:
+        ReadModelDamagedError: the file cannot be moved aside, or its replacement is damaged.
+        UnavailableError: the new file cannot be opened.
+    """
+    try:
+        moved = move_aside(path, identity)
+    except OSError as error:
+        raise ReadModelDamagedError(
+            f"read model {path} is damaged ({reason}) and cannot be moved aside "
+            f"({error.strerror or error}): move it away by hand, then "
+            "run `memstream projections rebuild`"
+        ) from error
+    if moved is not None:
+        logger.warning(
+            "read model %s is damaged (%s); moved it aside to %s; rebuilding it from the log",
+            path,
+            reason,
+            moved,
         )
-        connection.execute("PRAGMA journal_mode = WAL")
-        connection.execute("PRAGMA synchronous = NORMAL")
-        connection.execute("PRAGMA busy_timeout = 30000")
-        connection.execute("PRAGMA temp_store = MEMORY")
-        connection.execute("PRAGMA cache_size = -65536")
-        migrate(connection)
-    except sqlite3.Error as error:
-        raise UnavailableError(f"cannot open read-model database {path}: {error}") from error
+    try:
+        connection = _open_checked(path, -1)
+    except _Damaged as damage:
+        raise ReadModelDamagedError(
+            f"read model {path} is damaged ({damage.reason}); {REBUILD_HINT}"
+        ) from damage
+    connection.replaced = moved
     return connection
 
 
-def migrate(connection: sqlite3.Connection, target: int = SCHEMA_VERSION) -> None:
-    """Bring the schema to ``target`` (default :data:`SCHEMA_VERSION`; idempotent)."""
-    current = connection.execute("PRAGMA user_version").fetchone()[0]
-    for version in range(current + 1, target + 1):
-        connection.execute("BEGIN IMMEDIATE")
+def file_replaced(connection: sqlite3.Connection) -> bool:
+    """Whether the read model at ``connection``'s path is no longer the file it opened (a
+    damaged one moved aside and rebuilt): one ``stat``."""
+    if not isinstance(connection, ReadModelConnection):
+        return False
+    return file_identity(connection.path) != connection.identity
+
+
+def database_path(connection: sqlite3.Connection) -> Path | None:
+    """The file of a connection :func:`open_database` made (``None`` for any other)."""
+    return connection.path if isinstance(connection, ReadModelConnection) else None
+
+
+class _Damaged(Exception):
+    """The file at hand is corrupt or foreign (inside this module)."""
+
+    def __init__(self, reason: str, identity: FileIdentity | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.identity = identity
+
+
+def _open_checked(path: Path, quick_check_limit: int) -> ReadModelConnection:
+    """Connect, check (whole when the file is at most ``quick_check_limit`` bytes) and migrate.
+
+    Raises:
+        _Damaged: the file is corrupt or foreign.
+        UnavailableError: the file cannot be opened or migrated.
+    """
+    identity: FileIdentity | None = None
+    connection: ReadModelConnection | None = None
+    try:
+        with recovery_lock(path, exclusive=False):
+            connection = sqlite3.connect(
+                str(path),
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=30.0,
+                factory=ReadModelConnection,
+            )
+            identity = file_identity(path)
+            connection.execute("PRAGMA busy_timeout = 30000")
+            _use_wal(connection)
+            connection.execute("PRAGMA synchronous = NORMAL")
+            connection.execute("PRAGMA temp_store = MEMORY")
+            connection.execute("PRAGMA cache_size = -65536")
+            foreign = _foreign(connection)
+            if foreign is None and 0 <= os.stat(path).st_size <= quick_check_limit:
+                foreign = _quick_check(connection)
+        if foreign is not None:
+            raise _Damaged(foreign, identity)
+        migrate(connection)
+    except sqlite3.Error as error:
+        if connection is not None:
+            connection.close()
+        if is_damage(error):
+            raise _Damaged(str(error), identity) from error
+        raise UnavailableError(f"cannot open read-model database {path}: {error}") from error
+    except OSError as error:  # the lock file: e.g. no such data dir
+        if connection is not None:
+            connection.close()
+        raise UnavailableError(f"cannot open read-model database {path}: {error}") from error
+    except BaseException:
+        if connection is not None:
+            connection.close()
+        raise
+    connection.path = path
+    connection.identity = identity
+    return connection
+
+
+def _use_wal(connection: sqlite3.Connection) -> None:
+    """``PRAGMA journal_mode = WAL``, retried while another opener holds the file (bounded)."""
+    deadline = time.monotonic() + WAL_SWITCH_TIMEOUT
+    delay = 0.001
+    while True:
         try:
+            connection.execute("PRAGMA journal_mode = WAL").fetchone()
+            return
+        except sqlite3.OperationalError as error:
+            code = getattr(error, "sqlite_errorcode", 0) & 0xFF
+            if code not in (_SQLITE_BUSY, _SQLITE_LOCKED) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def _foreign(connection: sqlite3.Connection) -> str | None:
+    """Why the database is not a memstream read model (``None``: it is one, or empty).
+
+    Reads the header and the schema, so a file that is not a database, or whose schema is
+    damaged, raises here.
+    """
+    application_id = connection.execute("PRAGMA application_id").fetchone()[0]
+    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    tables = {
+        row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }
+    if application_id == APPLICATION_ID:
+        return None
+    if application_id != 0:
+        return f"not a memstream read model: its application_id is {application_id}"
+    if not tables:
+        return None  # a new file
+    if 1 <= version < APPLICATION_ID_VERSION and {"tracking", "messages"} <= tables:
+        return None  # written before the application_id migration
+    listed = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+    return f"not a memstream read model: it holds tables {listed}"
+
+
+def _quick_check(connection: sqlite3.Connection) -> str | None:
+    """The first problem ``PRAGMA quick_check`` finds (``None``: none).
+
+    Raises:
+        sqlite3.DatabaseError: the check itself met damage.
+    """
+    rows = connection.execute("PRAGMA quick_check(1)").fetchall()
+    problem = str(rows[0][0]) if rows else "ok"
+    return None if problem == "ok" else f"quick_check: {problem}"
+
+
+def migrate(connection: sqlite3.Connection, target: int = SCHEMA_VERSION) -> None:
+    """Bring the schema to ``target`` (default :data:`SCHEMA_VERSION`; idempotent).
+
+    Safe for processes opening one file at once: the version is read again inside the write
+    transaction (``BEGIN IMMEDIATE`` serializes them), so a late opener finds the work done.
+    """
+    if _user_version(connection) >= target:
+        return
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        current = _user_version(connection)
+        for version in range(current + 1, target + 1):
             for statement in _MIGRATIONS[version].split(";"):
                 if statement.strip():
                     connection.execute(statement)
-            connection.execute(f"PRAGMA user_version = {version}")
-            connection.execute("COMMIT")
-        except BaseException:
+        if current < target:
+            connection.execute(f"PRAGMA user_version = {target}")
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
             connection.execute("ROLLBACK")
-            raise
+        raise
+
+
+def _user_version(connection: sqlite3.Connection) -> int:
+    return int(connection.execute("PRAGMA user_version").fetchone()[0])
 
 
 def tracked_seq(connection: sqlite3.Connection, projection: str) -> int:
