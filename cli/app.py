@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,10 +12,13 @@ from typer.core import TyperGroup
 from memstream import MemstreamError
 from memstream.cli import blocks, events, platform, projections, sessions, status
 from memstream.cli.context import GlobalOptions
+from memstream.projections.sqlite.damage import is_damage
+from memstream.projections.sqlite.database import REBUILD_HINT
 
 
 class _Root(TyperGroup):
-    """Turns a user error (any ``MemstreamError``) into one ``error: ...`` line and exit 1.
+    """Turns a user error (any ``MemstreamError``, or a damaged read model) into one
+    ``error: ...`` line and exit 1.
 
     Every command runs inside the root group's ``invoke``, so this is the only handler.
     """
@@ -25,6 +29,12 @@ class _Root(TyperGroup):
         except MemstreamError as error:
             message = " ".join(str(error).split()) or type(error).__name__
             typer.echo(f"error: {message}", err=True)
+            raise typer.Exit(1) from None
+        except sqlite3.DatabaseError as error:
+            # A command that reads the database directly (status, projections list)
+            if not is_damage(error):
+                raise
+            typer.echo(f"error: the read model is damaged ({error}); {REBUILD_HINT}", err=True)
             raise typer.Exit(1) from None
 
 

@@ -15,7 +15,7 @@ from memstream.cli.output import (
     show_verify,
     verify_json,
 )
-from memstream.workers.rebuild import VerifyResult, rebuild, verify
+from memstream.workers.rebuild import VerifyResult, rebuild, repair, verify
 from memstream.workers.status import ProjectionStatus, projection_statuses
 
 app = typer.Typer(no_args_is_help=True, help="Read models: positions, rebuilds, checksums.")
@@ -51,16 +51,22 @@ def rebuild_projections(ctx: typer.Context, names: NamesArg = None) -> None:
     """Drop projections and replay the whole log into them.
 
     Shows a progress bar. A projector running elsewhere notices the rewind and carries on from
-    the rebuilt position.
+    the rebuilt position. A damaged or foreign read-model file is checked whole first, moved
+    aside (memstream.db.corrupt-TIME) and every projection rebuilt into a fresh one.
 
     Example: memstream projections rebuild sessions
     """
     settings = settings_of(ctx)
+    database = settings.database_path
+    # Before connecting, which opens the file to read it and fails on a damaged one.
+    moved = repair(database) if database.exists() else None
+    if moved is not None:
+        names = None  # a fresh file: every projection is rebuilt
 
     async def main() -> int:
         async with connected(settings, workers=False) as ms:
             with progress_bar("rebuilding") as progress:
-                return await rebuild(ms.log, settings.database_path, names, progress=progress)
+                return await rebuild(ms.log, database, names, progress=progress)
 
     reached = run(main())
     typer.echo(

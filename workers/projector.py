@@ -189,6 +189,8 @@ def batch_steps(
                 except sqlite3.OperationalError:
                     raise  # locked/busy/disk: transient, retry the whole batch
                 except Exception as error:
+                    if is_damage(error):
+                        raise  # the file's fault, not the event's: the caller replaces it
                     attempts = stats.attempts.get(entry.seq, 0) + 1
                     stats.attempts[entry.seq] = attempts
                     if attempts < MAX_ATTEMPTS or not isolated:

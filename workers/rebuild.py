@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,7 +14,13 @@ from nats.js import api
 
 from memstream.domain.errors import InvalidInputError, UnavailableError
 from memstream.projections.sqlite.checksum import Difference, checksum, first_difference
-from memstream.projections.sqlite.database import drop_projection, open_database, tracked_seq
+from memstream.projections.sqlite.damage import is_damage
+from memstream.projections.sqlite.database import (
+    drop_projection,
+    open_database,
+    replace_damaged,
+    tracked_seq,
+)
 from memstream.workers.event_log import EventLog, LogEntry
 from memstream.workers.projector import Projection, ProjectorStats, apply_batch, default_projections
 from memstream.workers.pull import Puller, stream_sequence
@@ -89,6 +96,19 @@ async def catch_up(
     return min(reached, until)
 
 
+def repair(database: Path) -> Path | None:
+    """Check the read model whole (``PRAGMA quick_check``, however large it is) and move it
+    aside if it is damaged or foreign; returns the name it was moved to (``None``: intact).
+
+    Raises:
+        ReadModelDamagedError: it is damaged and cannot be moved aside.
+        UnavailableError: it cannot be opened.
+    """
+    connection = open_database(database, repair=True, quick_check_limit=sys.maxsize)
+    connection.close()
+    return connection.replaced
+
+
 async def rebuild(
     log: EventLog,
     database: Path,
@@ -99,16 +119,34 @@ async def rebuild(
     """Drop the named projections in ``database`` and replay the log into them.
 
     A projector running elsewhere on the same database notices the rewind and re-binds its
-    consumer; both then skip what the other committed. Returns the sequence reached.
+    consumer; both then skip what the other committed. A damaged or foreign file (found at
+    open, or by the rebuild itself) is moved aside and every projection rebuilt into a fresh
+    one. Returns the sequence reached.
     """
     projections = _select(names)
-    connection = open_database(database)
+    connection = open_database(database, repair=True)
+    fresh = connection.replaced is not None
+    if fresh:
+        projections = default_projections()
     try:
-        for projection in projections:
-            drop_projection(connection, projection.name)
-        return await catch_up(
-            log, connection, projections, until=await log.stream_last_seq(), progress=progress
-        )
+        while True:
+            try:
+                for projection in projections:
+                    drop_projection(connection, projection.name)
+                return await catch_up(
+                    log,
+                    connection,
+                    projections,
+                    until=await log.stream_last_seq(),
+                    progress=progress,
+                )
+            except sqlite3.DatabaseError as error:
+                if fresh or not is_damage(error):
+                    raise  # damage in a fresh file is no old damage: do not loop
+                connection.close()
+                connection = replace_damaged(database, str(error), connection.identity)
+                fresh = True
+                projections = default_projections()
     finally:
         connection.close()
 
