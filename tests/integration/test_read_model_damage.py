@@ -1,0 +1,287 @@
+"""A damaged read model is moved aside and rebuilt from the log, across processes, with no
+traceback: CLI commands on the embedded platform, a guest while ``memstream up`` runs, and the
+in-process client with a reader in another process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memstream import ReadModelDamagedError
+from memstream.client import Memstream
+from memstream.projections.sqlite.damage import file_identity
+from memstream.settings import Settings
+
+MEMSTREAM = str(Path(sys.executable).parent / "memstream")
+PAGE = 4096
+SESSIONS = ("s0", "s1", "s2")
+PER_SESSION = 120
+
+# Writes PER_SESSION ~500-byte messages to each session through the API (the embedded platform,
+# this process owning it), reads them back, and exits (closing checkpoints the database file).
+WRITER = """
+import asyncio, sys
+import memstream
+
+async def main(data_dir, sessions, per_session):
+    async with memstream.connect(data_dir=data_dir) as ms:
+        for session_id in sessions:
+            session = ms.session(session_id)
+            for start in range(0, per_session, 40):
+                await session.append_messages([
+                    {"id": f"m{n}", "role": "user",
+                     "parts": [{"type": "text", "text": f"message {n} of {session_id} " * 20}]}
+                    for n in range(start, start + 40)
+                ])
+            assert len(await session.get_history()) == per_session
+    print("written", flush=True)
+
+asyncio.run(main(sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])))
+"""
+
+
+def clean_env(**settings: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
+    env.update(settings)
+    return env
+
+
+def memstream(env: dict[str, str], *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [MEMSTREAM, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == expect, f"{args}: {result.returncode}\n{result.stderr}"
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def session_counts(env: dict[str, str]) -> dict[str, int]:
+    listed = json.loads(memstream(env, "sessions", "list", "--json").stdout)
+    return {s["session_id"]: s["messages"] for s in listed}
+
+
+def overwrite_middle(path: Path) -> None:
+    """Garbage over the middle half of the file's pages (its size is unchanged): the pages of
+    the message rows and of their search index, which grow side by side."""
+    pages = path.stat().st_size // PAGE
+    assert pages > 64, pages
+    with path.open("r+b") as file:
+        file.seek(pages // 4 * PAGE)
+        file.write(bytes((i * 37 + 11) % 256 for i in range(pages // 2 * PAGE)))
+
+
+def corrupt_files(database: Path) -> list[Path]:
+    """The moved-aside database files (not their -wal/-shm)."""
+    found = database.parent.glob(f"{database.name}.corrupt-*")
+    return sorted(p for p in found if not p.name.endswith(("-wal", "-shm")))
+
+
+def write_sessions(data_dir: Path, env: dict[str, str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", WRITER, str(data_dir), ",".join(SESSIONS), str(PER_SESSION)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "written"
+
+
+def wait_for_text(
+    path: Path, text: str, process: subprocess.Popen[str], timeout: float = 30
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text():
+            return
+        assert process.poll() is None, path.read_text() if path.exists() else "exited"
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} not in {path} within {timeout} s")
+
+
+def test_cli_commands_recover_a_corrupt_read_model_from_the_log(tmp_path: Path) -> None:
+    # Given sessions written through the API on the embedded platform, which then stopped
+    data_dir = tmp_path / "data"
+    env = clean_env(MEMSTREAM_DATA_DIR=str(data_dir))
+    write_sessions(data_dir, env)
+    database = data_dir / "memstream.db"
+    assert not (data_dir / "runtime.json").exists()
+
+    # When garbage overwrites pages in the middle of memstream.db
+    overwrite_middle(database)
+
+    # Then `sessions list` in a new process (the owner, running the projector) moves the file
+    # aside with a warning naming both, rebuilds it from the log and lists everything
+    listed = memstream(env, "sessions", "list", "--json")
+    assert {s["session_id"]: s["messages"] for s in json.loads(listed.stdout)} == dict.fromkeys(
+        SESSIONS, PER_SESSION
+    )
+    [first] = corrupt_files(database)
+    assert str(database) in listed.stderr
+    assert str(first) in listed.stderr
+    assert stat.S_IMODE(first.stat().st_mode) == 0o600
+
+    # When the rebuilt file is damaged the same way, `projections rebuild` moves it aside too
+    overwrite_middle(database)
+    rebuilt = memstream(env, "projections", "rebuild")
+    assert "rebuilt all projections" in rebuilt.stdout
+    second = next(p for p in corrupt_files(database) if p != first)
+    assert str(second) in rebuilt.stderr
+    assert stat.S_IMODE(second.stat().st_mode) == 0o600
+
+    # And every message is back, read by new processes
+    assert session_counts(env) == dict.fromkeys(SESSIONS, PER_SESSION)
+    history = json.loads(memstream(env, "sessions", "history", "s1", "--json").stdout)
+    assert [m["id"] for m in history] == [f"m{n}" for n in range(PER_SESSION)]
+    check = sqlite3.connect(database)
+    assert check.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+    check.close()
+
+
+def test_a_guest_gets_one_line_and_a_rebuild_serves_the_running_projector(tmp_path: Path) -> None:
+    # Given sessions written through the API, then `memstream up` (the owner and projector)
+    data_dir = tmp_path / "data"
+    env = clean_env(MEMSTREAM_DATA_DIR=str(data_dir))
+    write_sessions(data_dir, env)
+    database = data_dir / "memstream.db"
+    log = tmp_path / "up.log"
+    with log.open("w") as sink:
+        up = subprocess.Popen([MEMSTREAM, "up"], env=env, stdout=sink, stderr=sink, text=True)
+    try:
+        wait_for_text(log, "memstream is up", up)
+
+        # When the file is damaged under it
+        overwrite_middle(database)
+
+        # Then a guest that reads the damaged pages gets one line saying what to do
+        refused = memstream(env, "sessions", "list", expect=1)
+        assert refused.stderr.startswith("error: read model ")
+        assert refused.stderr.count("\n") == 1
+        assert "memstream projections rebuild" in refused.stderr
+
+        # When `projections rebuild` runs as another guest: moved aside and rebuilt
+        memstream(env, "projections", "rebuild")
+        assert len(corrupt_files(database)) == 1
+        assert session_counts(env) == dict.fromkeys(SESSIONS, PER_SESSION)
+
+        # Then the running projector projects new writes into the new file
+        memstream(env, "append", "s0", "--id", "after", "--text", "after the rebuild")
+        assert session_counts(env)["s0"] == PER_SESSION + 1
+        assert "was replaced" in log.read_text()
+    finally:
+        up.send_signal(signal.SIGTERM)
+        code = up.wait(timeout=30)
+    assert code == 0, log.read_text()
+    assert "Traceback" not in log.read_text()
+
+
+READER = """
+import asyncio, sys
+from pathlib import Path
+import memstream
+
+async def main(nats_url, stream, data_dir):
+    settings = memstream.Settings(data_dir=data_dir, nats_url=nats_url, stream=stream)
+    async with memstream.connect(settings=settings, workers=False) as ms:
+        for _ in range(2):  # before and after the test replaces the file
+            count = len(await ms.session("a").get_history())
+            print(count, *ms.database.identity, flush=True)
+            sys.stdin.readline()
+
+asyncio.run(main(sys.argv[1], sys.argv[2], Path(sys.argv[3])))
+"""
+
+
+async def read_line(reader: asyncio.subprocess.Process) -> tuple[int, tuple[int, int] | None]:
+    """A message count and the file identity the reader in another process read them from."""
+    assert reader.stdout is not None
+    count, device, inode = (await asyncio.wait_for(reader.stdout.readline(), 30)).split()
+    return int(count), (int(device), int(inode))
+
+
+async def test_the_client_recovers_and_a_reader_elsewhere_follows(
+    ms: Memstream, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a client running the projector, with 300 messages in session "a" and one in "b"
+    session = ms.session("a")
+    for start in range(0, 300, 50):
+        await session.append_messages(
+            [
+                {"id": f"m{n}", "role": "user", "parts": [{"type": "text", "text": f"{n} " * 200}]}
+                for n in range(start, start + 50)
+            ]
+        )
+    await ms.session("b").append_message({"id": "b1", "role": "user", "content": "hello"})
+    await ms.wait_for_sessions()
+    database = settings.database_path
+
+    # And a reader in another process that has read session "a"
+    reader = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-c", READER, str(settings.nats_url), settings.stream),
+        str(settings.data_dir),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert reader.stdin is not None
+        damaged = file_identity(database)
+        assert await read_line(reader) == (300, damaged)
+
+        # When everything is in the database file, and garbage overwrites pages in its middle
+        check = sqlite3.connect(database)
+        assert check.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
+        check.close()
+        overwrite_middle(database)
+
+        # Then a read either succeeds or says in one line that the file is being rebuilt; the
+        # projector moves it aside and rebuilds it, and the next reads have everything
+        caplog.set_level(logging.WARNING)
+        history: list[Any] | None = None
+        errors: list[str] = []
+        deadline = time.monotonic() + 30
+        while history is None or len(history) != 300:
+            assert time.monotonic() < deadline, errors
+            try:
+                history = await ms.session("a").get_history()
+            except ReadModelDamagedError as error:
+                errors.append(str(error))
+                await asyncio.sleep(0.05)  # until the projector has replaced the file
+        assert [m["id"] for m in history] == [f"m{n}" for n in range(300)]
+        assert errors, "the damaged pages were read"
+        assert all("\n" not in e and "rebuilds it from the log" in e for e in errors)
+        assert file_identity(database) != damaged
+        [moved] = corrupt_files(database)
+        assert file_identity(moved) == damaged
+        assert stat.S_IMODE(moved.stat().st_mode) == 0o600
+        assert any(str(moved) in r.getMessage() for r in caplog.records)
+        assert [m["id"] for m in await ms.session("b").get_history()] == ["b1"]
+
+        # And the reader elsewhere reads the new file on its next read
+        reader.stdin.write(b"go\n")
+        assert await read_line(reader) == (300, file_identity(database))
+        reader.stdin.write(b"done\n")
+        assert await asyncio.wait_for(reader.wait(), 30) == 0
+
+        # And writes go on into the new file
+        await session.append_message({"id": "last", "role": "user", "content": "still here"})
+        assert (await session.get_latest_leaf() or {}).get("id") == "last"
+    finally:
+        if reader.returncode is None:
+            reader.kill()
+        _, stderr = await reader.communicate()
+    assert b"Traceback" not in stderr, stderr.decode()
