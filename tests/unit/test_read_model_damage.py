@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sqlite3
 import stat
+import subprocess
 import threading
 from pathlib import Path
 
@@ -317,3 +319,31 @@ def test_moved_aside_names_do_not_collide(tmp_path: Path) -> None:
     assert len(set(names)) == 3
     assert all(n.read_bytes() == b"junk" for n in names)
     assert all(stat.S_IMODE(os.stat(n).st_mode) == 0o600 for n in names)
+
+
+def test_a_file_that_cannot_be_moved_aside_is_one_line_that_says_what_to_do(
+    tmp_path: Path,
+) -> None:
+    # Given a damaged file in a folder where nothing can be renamed (immutable, as root can make
+    # it: permissions alone do not stop root)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    path = folder / "memstream.db"
+    path.write_bytes(b"not a database" * 100)
+    Path(f"{path}.recovery-lock").touch()
+    if shutil.which("chattr") is None or os.geteuid() != 0:
+        pytest.skip("needs root and chattr to make a folder immutable")
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("this filesystem has no immutable flag")
+    try:
+        # When the projector opens it
+        with pytest.raises(ReadModelDamagedError) as refused:
+            open_database(path, repair=True)
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+    # Then one line says why and what to do, and the file is where it was
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "cannot be moved aside" in message
+    assert "memstream projections rebuild" in message
+    assert path.read_bytes().startswith(b"not a database")
