@@ -87,6 +87,9 @@ class Memstream:
         }
 
     def _tracked_seq(self, projection: str) -> int:
+        # A waiting reader polls this: it follows the file the projector replaced meanwhile
+        # (the old one would never advance again).
+        self._reopen_if_replaced()
         try:
             return tracked_seq(self.database, projection)
         except sqlite3.DatabaseError as error:

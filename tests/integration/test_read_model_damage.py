@@ -285,3 +285,54 @@ async def test_the_client_recovers_and_a_reader_elsewhere_follows(
             reader.kill()
         _, stderr = await reader.communicate()
     assert b"Traceback" not in stderr, stderr.decode()
+
+
+def overwrite_all_but_tracking(database: Path) -> None:
+    """Garbage over every page but the header page and the tracking table's, so that the next
+    event the projector applies meets damage while its position still reads."""
+    check = sqlite3.connect(database)
+    kept = {1} | {
+        int(row[0])
+        for row in check.execute(
+            "SELECT rootpage FROM sqlite_master WHERE tbl_name = 'tracking' AND rootpage > 0"
+        )
+    }
+    assert check.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
+    check.close()
+    pages = database.stat().st_size // PAGE
+    with database.open("r+b") as file:
+        for page in range(1, pages + 1):
+            if page not in kept:
+                file.seek((page - 1) * PAGE)
+                file.write(bytes((i * 37 + page) % 256 for i in range(PAGE)))
+
+
+async def test_the_projector_replaces_a_read_model_it_finds_damaged_in_a_batch(
+    ms: Memstream, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a client running the projector, with messages projected
+    session = ms.session("a")
+    await session.append_messages(
+        [{"id": f"m{n}", "role": "user", "content": f"message {n} " * 50} for n in range(100)]
+    )
+    await ms.wait_for_sessions()
+    assert ms.projector is not None
+    stats = ms.projector.stats
+    damaged = file_identity(settings.database_path)
+
+    # When every page but the tracking table's is garbage, and the next write arrives
+    overwrite_all_but_tracking(settings.database_path)
+    caplog.set_level(logging.INFO)
+    await session.append_message({"id": "next", "role": "user", "content": "after the damage"})
+
+    # Then the projector's batch meets the damage, moves the file aside and rebuilds it from the
+    # log; the waiting read follows it to the new file and has everything
+    history = await session.get_history()
+    assert [m["id"] for m in history] == [*(f"m{n}" for n in range(100)), "next"]
+    [moved] = corrupt_files(settings.database_path)
+    assert file_identity(moved) == damaged
+    assert any(
+        "is damaged" in r.getMessage() and str(moved) in r.getMessage() for r in caplog.records
+    )
+    assert stats.dead_lettered == 0  # the damage was the file's, not the event's
+    assert ms.projector.connection.execute("PRAGMA quick_check").fetchone()[0] == "ok"
