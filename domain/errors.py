@@ -27,6 +27,10 @@ class UnavailableError(MemstreamError):
     """NATS or the read-model database cannot be reached."""
 
 
+class ProjectorRunningError(MemstreamError):
+    """A projector already runs for this read-model copy (one copy never has two)."""
+
+
 class ProjectionLagError(MemstreamError):
     """A read model did not reach the caller's last write within the timeout."""
 

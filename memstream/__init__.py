@@ -9,6 +9,7 @@ from memstream.domain.errors import (
     MessageNotFoundError,
     NotFoundError,
     ProjectionLagError,
+    ProjectorRunningError,
     UnavailableError,
 )
 from memstream.domain.messages import COMPACTION_PREFIX, is_compaction_message
@@ -30,6 +31,7 @@ __all__ = [
     "MessageNotFoundError",
     "NotFoundError",
     "ProjectionLagError",
+    "ProjectorRunningError",
     "RecentHistory",
     "SearchBlock",
     "Session",

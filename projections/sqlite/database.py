@@ -7,7 +7,7 @@ from pathlib import Path
 
 from memstream.domain.errors import UnavailableError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -131,6 +131,15 @@ _MIGRATIONS: dict[int, str] = {
     UPDATE messages SET parent_mid = (
         SELECT p.mid FROM messages AS p WHERE p.sid = messages.sid AND p.id = messages.parent_id
     ) WHERE parent_id IS NOT NULL;
+    """,
+    # A read-model copy has an identity, created with it and kept inside it: its durable
+    # consumers are named from it, so any number of copies project the whole stream each.
+    5: """
+    CREATE TABLE meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    INSERT INTO meta (key, value) VALUES ('copy_id', lower(hex(randomblob(6))));
     """,
 }
 
