@@ -165,6 +165,19 @@ def show_status(status: PlatformStatus) -> None:
             )
         )
     console.print(consumers)
+    copies = _table("read-model copies", "copy", "consumers", "ack floor", "lag", "this data dir")
+    for copy in status.copies:
+        copies.add_row(
+            *_cells(
+                copy.copy_id,
+                ", ".join(copy.consumers),
+                copy.ack_floor,
+                copy.lag,
+                "yes" if copy.local else "",
+            )
+        )
+    console.print(copies)
+    console.print(Text(f"this data dir's read-model copy: {status.copy_id}"))
     show_projections(status.projections)
     console.print(Text(f"dead letters: {status.dead_letter_count}"))
     if status.dead_letters:

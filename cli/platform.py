@@ -18,7 +18,7 @@ from memstream.cli.demo import run_demo
 from memstream.cli.output import note, show_demo, show_platform
 from memstream.workers.apps import create_app, nats_security, require_worker
 from memstream.workers.embedded import EmbeddedRuntime
-from memstream.workers.projector import DEFAULT_LINGER
+from memstream.workers.projector import DEFAULT_LINGER, claim_copy
 from memstream.workers.service import WorkerConfig
 
 MAX_LINGER = 10.0  # seconds; more would only make status show a lag longer
@@ -85,7 +85,8 @@ def worker(
     """Run a worker in its own process (a FastStream app) until SIGTERM or Ctrl-C.
 
     Connects to MEMSTREAM_NATS_URL, or else to the data dir's embedded server, started here if
-    none runs. The read models go to the SQLite database in the data dir.
+    none runs. The read models go to the SQLite database in the data dir (one read-model copy:
+    a second projector for it is refused; run one per data dir, host or database).
 
     Example: MEMSTREAM_NATS_URL=nats://10.0.0.5:4222 memstream worker projector
     """
@@ -94,6 +95,7 @@ def worker(
     if not 0 <= linger <= MAX_LINGER:
         raise InvalidInputError(f"--linger is {linger:g}; it must be 0 to {MAX_LINGER:g} seconds")
     runtime: EmbeddedRuntime | None = None
+    lock = None
     url = settings.nats_url
     if url is None:
         runtime = EmbeddedRuntime.acquire(settings.data_dir)
@@ -106,6 +108,8 @@ def worker(
     else:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     try:
+        # One read-model copy has one projector: refuse now, in one line, if one runs.
+        lock = claim_copy(settings.database_path)
         configure_logging()
         config = WorkerConfig(
             nats_url=url, stream=settings.stream, database=settings.database_path, linger=linger
@@ -117,7 +121,9 @@ def worker(
             creds=settings.nats_creds,
         )
         note(f"worker {name}: NATS {url}, stream {settings.stream}, database {config.database}")
-        run(create_app(config, name, security=security).run())
+        run(create_app(config, name, security=security, lock=lock).run())
     finally:
+        if lock is not None:
+            lock.release()
         if runtime is not None:
             runtime.release()

@@ -16,7 +16,7 @@ from memstream.cli.output import (
     verify_json,
 )
 from memstream.workers.rebuild import VerifyResult, rebuild, repair, verify
-from memstream.workers.status import ProjectionStatus, projection_statuses
+from memstream.workers.status import ProjectionStatus, forget_copy, projection_statuses
 
 app = typer.Typer(no_args_is_help=True, help="Read models: positions, rebuilds, checksums.")
 
@@ -111,3 +111,32 @@ def verify_projections(
     if different:
         note(f"error: checksums differ for {', '.join(different)}")
         raise typer.Exit(1)
+
+
+@app.command("forget-copy")
+def forget_copy_command(
+    ctx: typer.Context,
+    copy: Annotated[
+        str, typer.Argument(help="The copy id, as `memstream status` lists it.", show_default=False)
+    ],
+    as_json: JsonFlag = False,
+) -> None:
+    """Delete the durable consumers of a read-model copy that no longer exists.
+
+    Each read-model copy (a data dir, a host, a database) keeps its own durable consumers on
+    the stream, which keep its place in the log. When a copy is gone for good, forget it so the
+    server stops keeping that place. This data dir's own copy is refused.
+
+    Example: memstream projections forget-copy 3f2a9c01b7de
+    """
+    settings = settings_of(ctx)
+
+    async def main() -> list[str]:
+        async with connected(settings, workers=False) as ms:
+            return await forget_copy(ms.log, copy, local=ms.copy_id)
+
+    names = run(main())
+    if as_json:
+        emit_json({"copy_id": copy, "deleted_consumers": names})
+    else:
+        typer.echo(f"forgot read-model copy {copy}: deleted consumers {', '.join(names)}")

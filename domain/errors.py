@@ -32,6 +32,10 @@ class ReadModelDamagedError(UnavailableError):
     log (by the process that runs the projector, or ``memstream projections rebuild``)."""
 
 
+class ProjectorRunningError(MemstreamError):
+    """A projector already runs for this read-model copy (one copy never has two)."""
+
+
 class ProjectionLagError(MemstreamError):
     """A read model did not reach the caller's last write within the timeout."""
 

@@ -9,6 +9,7 @@ from memstream.domain.errors import (
     MessageNotFoundError,
     NotFoundError,
     ProjectionLagError,
+    ProjectorRunningError,
     ReadModelDamagedError,
     UnavailableError,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "MessageNotFoundError",
     "NotFoundError",
     "ProjectionLagError",
+    "ProjectorRunningError",
     "ReadModelDamagedError",
     "RecentHistory",
     "SearchBlock",

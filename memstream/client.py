@@ -15,10 +15,16 @@ from eventsourcing.domain import Aggregate
 from nats.aio.client import Client
 
 from memstream.domain.context import ContextDocument, SearchIndex
-from memstream.domain.errors import InvalidInputError, ReadModelDamagedError
+from memstream.domain.errors import (
+    InvalidInputError,
+    MemstreamError,
+    ProjectionLagError,
+    ReadModelDamagedError,
+)
 from memstream.domain.limits import check_namespace, check_session_id
 from memstream.domain.session import Session as SessionAggregate
 from memstream.projections.sqlite.context_queries import SqliteContextQueries
+from memstream.projections.sqlite.copy import copy_id
 from memstream.projections.sqlite.damage import is_damage
 from memstream.projections.sqlite.database import (
     REBUILD_HINT,
@@ -44,6 +50,8 @@ A = TypeVar("A", bound=Aggregate)
 
 # How long the in-process projector gathers a burst of writes before committing it.
 PROJECTOR_LINGER = DEFAULT_LINGER
+# How long a clean close waits for its own projector to project this client's writes.
+CLOSE_DRAIN_SECONDS = 5.0
 
 
 class Memstream:
@@ -71,6 +79,9 @@ class Memstream:
         self.demand = Demand()
         self.positions = self._watch_positions()
         self.last_write_seq = 0
+        # The log's end when this client connected: reads see at least that much (what earlier
+        # processes wrote), as well as this client's own writes.
+        self.connected_seq = 0
         self.projector: ProjectorWorker | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._subjects: dict[str, str] = {}
@@ -123,6 +134,11 @@ class Memstream:
             f"read model {path} is damaged ({error}); {REBUILD_HINT}"
         ) from error
 
+    @property
+    def copy_id(self) -> str:
+        """The id of the read-model copy this client reads (kept inside its database)."""
+        return copy_id(self.database)
+
     def _empty_session(self, session_id: str) -> SessionAggregate:
         return SessionAggregate.empty(self.namespace, session_id)
 
@@ -172,8 +188,15 @@ class Memstream:
         """Read-your-writes: wait until the sessions read model has this client's last write."""
         await self.wait_for("sessions", seq)
 
+    @property
+    def read_floor(self) -> int:
+        """The stream sequence every read waits for: this client's last write, or the log's end
+        when it connected if that is later."""
+        return max(self.last_write_seq, self.connected_seq)
+
     async def wait_for(self, projection: str, seq: int | None = None) -> None:
-        """Read-your-writes: wait until ``projection`` has this client's last write (or ``seq``).
+        """Wait until ``projection`` has this client's last write (or ``seq``) and everything
+        the log held when this client connected.
 
         Raises:
             ProjectionLagError: not reached within the read timeout.
@@ -181,9 +204,8 @@ class Memstream:
                 process runs the projector).
         """
         self._reopen_if_replaced()
-        await self.positions[projection].wait_for(
-            self.last_write_seq if seq is None else seq, self.settings.read_timeout
-        )
+        target = self.read_floor if seq is None else max(seq, self.connected_seq)
+        await self.positions[projection].wait_for(target, self.settings.read_timeout)
 
     async def sync(self, projection: str) -> None:
         """Wait until ``projection`` has every event committed before this call (not only this
@@ -207,13 +229,13 @@ class Memstream:
         for watch in self.positions.values():
             watch.advance(seq)
 
-    def start_workers(self, connection: sqlite3.Connection | None = None) -> None:
-        """Run the projector in this process (on ``connection``, or a new one)."""
+    def start_workers(self) -> None:
+        """Run the projector in this process."""
         if self.projector is not None:
             return
-        self.projector = ProjectorWorker(
+        self.projector = ProjectorWorker.open(
             self.log,
-            connection or open_database(self.settings.database_path, repair=True),
+            self.settings.database_path,
             on_commit=self._advance,
             demand=self.demand,
             linger=PROJECTOR_LINGER,
@@ -235,9 +257,29 @@ class Memstream:
                 await asyncio.sleep(interval)
             logger.info("took over the embedded NATS server of %s", runtime.data_dir)
             if run_workers:
-                self.start_workers()
+                try:
+                    self.start_workers()
+                except MemstreamError as error:  # e.g. a projector runs for this copy already
+                    logger.warning("not projecting %s here: %s", runtime.data_dir, error)
 
         self._watchdog = asyncio.create_task(watch(), name="memstream-ownership")
+
+    async def _project_own_writes(self) -> None:
+        """Before the projector of this process stops: let it project this client's writes, so
+        that the next process reads them at once (bounded; a later projector would anyway)."""
+        timeout = min(self.settings.read_timeout, CLOSE_DRAIN_SECONDS)
+        for name, watch in self.positions.items():
+            try:
+                await watch.wait_for(self.last_write_seq, timeout)
+            except ProjectionLagError:
+                logger.warning(
+                    "closing before projection %s reached this client's last write %d; "
+                    "the next projector of %s will project it",
+                    name,
+                    self.last_write_seq,
+                    self.settings.data_dir,
+                )
+                return
 
     async def close(self) -> None:
         """Stop workers, close connections, and release the embedded server if owned."""
@@ -247,8 +289,8 @@ class Memstream:
                 await self._watchdog
             self._watchdog = None
         if self.projector is not None:
-            await self.projector.stop()
-            self.projector.connection.close()
+            await self._project_own_writes()
+            await self.projector.close()
             self.projector = None
         with contextlib.suppress(Exception):
             await self.client.flush(timeout=2)
@@ -275,7 +317,6 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     client: Client | None = None
     run_workers = workers if workers is not None else (runtime is not None and runtime.owner)
-    projector_db: sqlite3.Connection | None = None
     try:
         client = await connect_nats(
             url,
@@ -286,12 +327,11 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
         )
         log = EventLog(client, settings.stream, timeout=settings.write_timeout)
         await log.ensure_stream()
-        if run_workers:  # first: it replaces a damaged read model, which the reader then opens
-            projector_db = open_database(settings.database_path, repair=True)
-        connection = open_database(settings.database_path)
+        connected_seq = await log.stream_last_seq()
+        # The projector's process moves a file that is no read model aside before reading it
+        # (the projector checks it whole, and rebuilds it).
+        connection = open_database(settings.database_path, repair=run_workers, quick_check_limit=-1)
     except BaseException:
-        if projector_db is not None:
-            projector_db.close()
         if client is not None:  # e.g. the stream could not be created: leave nothing open
             with contextlib.suppress(Exception):
                 await client.close()
@@ -299,8 +339,13 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
             runtime.release()
         raise
     ms = Memstream(settings, client, log, connection, runtime)
+    ms.connected_seq = connected_seq
     if run_workers:
-        ms.start_workers(projector_db)
+        try:
+            ms.start_workers()
+        except BaseException:
+            await ms.close()
+            raise
     elif runtime is not None and workers is None:
         ms.watch_ownership(run_workers=True)
     return ms

@@ -19,7 +19,7 @@ from faststream.nats import NatsBroker, NatsCredentials, NatsToken, NatsUserPass
 from faststream.security import BaseSecurity
 
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.sqlite.database import open_database
+from memstream.projections.sqlite.copy import ProjectorLock
 from memstream.workers.event_log import EventLog
 from memstream.workers.position import Demand
 from memstream.workers.projector import ProjectorWorker
@@ -42,28 +42,36 @@ def require_worker(name: str) -> str:
 class ProjectorService:
     """The projector's life cycle inside a FastStream app."""
 
-    def __init__(self, broker: NatsBroker, config: WorkerConfig) -> None:
+    def __init__(
+        self, broker: NatsBroker, config: WorkerConfig, lock: ProjectorLock | None = None
+    ) -> None:
         self.broker = broker
         self.config = config
         self.worker: ProjectorWorker | None = None
+        self._lock = lock  # the copy's projector lock, when the caller took it already
 
     async def start(self) -> None:
         """Start projecting on the broker's (already connected) client."""
         client = await self.broker.connect()  # returns the broker's existing connection
         log = EventLog(client, self.config.stream)
         await log.ensure_stream()
-        self.worker = ProjectorWorker(
+        self.worker = ProjectorWorker.open(
             log,
-            open_database(self.config.database, repair=True),
+            self.config.database,
+            lock=self._lock,
             batch_size=self.config.batch_size,
             demand=Demand(),
             linger=self.config.linger,
         )
+        self._lock = None  # the worker owns it now
         self.worker.start()
         logger.info(
-            "projector: stream %s -> %s (from sequence %d, lingering up to %g s)",
+            "projector: stream %s -> %s (copy %s, consumer %s, from sequence %d, "
+            "lingering up to %g s)",
             self.config.stream,
             self.config.database,
+            self.worker.copy_id,
+            self.worker.durable,
             self.worker.start_position(),
             self.config.linger,
         )
@@ -71,9 +79,11 @@ class ProjectorService:
     async def stop(self) -> None:
         """Stop projecting (an unacknowledged batch is redelivered and skipped on restart)."""
         if self.worker is not None:
-            await self.worker.stop()
-            self.worker.connection.close()  # the worker's: it replaces a damaged read model
+            await self.worker.close()
             self.worker = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
         logger.info("projector: stopped")
 
 
@@ -104,9 +114,16 @@ def nats_security(
 
 
 def create_app(
-    config: WorkerConfig, name: str = "projector", *, security: BaseSecurity | None = None
+    config: WorkerConfig,
+    name: str = "projector",
+    *,
+    security: BaseSecurity | None = None,
+    lock: ProjectorLock | None = None,
 ) -> FastStream:
     """A FastStream app that runs worker ``name`` against ``config`` until it is stopped.
+
+    ``lock`` is the read-model copy's projector lock if the caller took it already (see
+    :func:`~memstream.workers.projector.claim_copy`); otherwise the app takes it at start.
 
     Example:
         asyncio.run(create_app(WorkerConfig(url, "MEMSTREAM", db_path)).run())
@@ -124,5 +141,5 @@ def create_app(
         reconnect_time_wait=1,
         security=security,
     )
-    service = ProjectorService(broker, config)
+    service = ProjectorService(broker, config, lock)
     return FastStream(broker, after_startup=[service.start], on_shutdown=[service.stop])

@@ -16,6 +16,7 @@ import logging
 import sqlite3
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import nats.errors
@@ -24,10 +25,11 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import api
 
-from memstream.domain.errors import MemstreamError
+from memstream.domain.errors import MemstreamError, ReadModelDamagedError
 from memstream.projections.context_writes import project_context_event
 from memstream.projections.session_writes import project_session_event
 from memstream.projections.sqlite.context_writer import apply_context_writes
+from memstream.projections.sqlite.copy import ProjectorLock, copy_id
 from memstream.projections.sqlite.damage import FileIdentity, is_damage
 from memstream.projections.sqlite.database import (
     ReadModelConnection,
@@ -52,8 +54,16 @@ MAX_ATTEMPTS = 5
 # How long a projector gathers a burst of writes before committing it, unless a reader waits for
 # more than is committed, in its process or any other (see ProjectorWorker._linger).
 DEFAULT_LINGER = 0.05
+# How long a clean stop waits for the batch in hand to commit before it abandons it.
+STOP_DRAIN_SECONDS = 5.0
 # How long a projector waits before trying again to replace a damaged read model it could not.
 RENEW_RETRY = 5.0
+PROJECTOR_CONSUMER_PREFIX = "projector-"
+
+
+def projector_consumer(copy: str) -> str:
+    """The durable consumer name of the projector of read-model copy ``copy``."""
+    return f"{PROJECTOR_CONSUMER_PREFIX}{copy}"
 
 
 class Projection(Protocol):
@@ -239,8 +249,37 @@ def _dead_letter(
     stats.dead_lettered += 1
 
 
+def claim_copy(database: Path) -> ProjectorLock:
+    """Take the single-projector lock of the read-model copy in ``database`` (creating the
+    database if new), for a projector this process is about to run.
+
+    Raises:
+        ProjectorRunningError: another projector runs for this copy (the message names it).
+        UnavailableError: the database cannot be opened.
+    """
+    try:
+        connection = open_database(database)
+    except ReadModelDamagedError:
+        # The lock is the file's, not the copy's: its holder replaces the damaged file.
+        return ProjectorLock.acquire(database, "(damaged)")
+    try:
+        copy = copy_id(connection)
+    except sqlite3.DatabaseError as error:
+        if not is_damage(error):
+            raise
+        copy = "(damaged)"
+    finally:
+        connection.close()
+    return ProjectorLock.acquire(database, copy)
+
+
 class ProjectorWorker:
-    """Consumes the whole stream in order and keeps the read models current."""
+    """Consumes the whole stream in order and keeps the read models current.
+
+    Its durable consumer is named from the read-model copy's id (``projector-<copy id>``), so
+    every copy (data dir, host) projects the whole stream on its own; :meth:`open` also takes
+    the copy's single-projector lock.
+    """
 
     def __init__(
         self,
@@ -248,16 +287,19 @@ class ProjectorWorker:
         connection: sqlite3.Connection,
         *,
         projections: Sequence[Projection] | None = None,
-        durable: str = "projector",
+        durable: str | None = None,
         batch_size: int = 500,
         on_commit: Callable[[int], None] | None = None,
         demand: Demand | None = None,
         linger: float = 0.0,
+        lock: ProjectorLock | None = None,
     ) -> None:
         self.log = log
         self.connection = connection
         self.projections = list(projections or default_projections())
-        self.durable = durable
+        self.durable = durable or projector_consumer(copy_id(connection))
+        self._named_by_copy = durable is None
+        self.lock = lock
         self.batch_size = batch_size
         self.on_commit = on_commit
         self.demand = demand
@@ -267,6 +309,29 @@ class ProjectorWorker:
         self._task: asyncio.Task[None] | None = None
         self._committed = 0
         self._damage: str | None = None  # why the read model must be replaced, once known
+        self._batch_done: asyncio.Event | None = None  # set while a fetched batch is in hand
+
+    @classmethod
+    def open(cls, log: EventLog, database: Path, **options: Any) -> ProjectorWorker:
+        """A projector for the read-model copy in ``database``, holding the copy's lock until
+        :meth:`close` (or until this process dies).
+
+        Raises:
+            ProjectorRunningError: another projector runs for this copy.
+            UnavailableError: the database cannot be opened.
+        """
+        lock = options.pop("lock", None) or claim_copy(database)
+        try:
+            connection = open_database(database, repair=True)  # moves a damaged one aside
+        except BaseException:
+            lock.release()
+            raise
+        return cls(log, connection, lock=lock, **options)
+
+    @property
+    def copy_id(self) -> str:
+        """The id of the read-model copy this projector writes."""
+        return copy_id(self.connection)
 
     def start_position(self) -> int:
         """First stream sequence not yet applied by every projection."""
@@ -300,11 +365,19 @@ class ProjectorWorker:
         """Run in the background of the current event loop."""
         self._task = asyncio.create_task(self.run(), name=f"memstream-{self.durable}")
 
-    async def stop(self) -> None:
-        """Stop consuming. Safe at any await point: a batch commits synchronously, and an
-        unacknowledged batch is redelivered and skipped by its tracking row."""
+    async def stop(self, drain: float = STOP_DRAIN_SECONDS) -> None:
+        """Stop consuming: a batch already received is committed first (within ``drain``
+        seconds), so what this process holds is projected before it goes. Safe at any await
+        point: an abandoned batch rolls back, and an unacknowledged batch is redelivered and
+        skipped by its tracking row."""
         self._stopping.set()
+        if self.demand is not None:
+            self.demand.event.set()  # cut a lingering batch short
         if self._task is not None:
+            batch = self._batch_done
+            if batch is not None and drain > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(batch.wait()), drain)
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
@@ -353,6 +426,26 @@ class ProjectorWorker:
         self._damage = None
         return True
 
+    async def _follow_copy(self) -> None:
+        """After the read model was replaced (a new file is a new copy, with a new id): consume
+        under the new copy's name, and delete the old copy's consumer (nothing reads it now)."""
+        if not self._named_by_copy:
+            return
+        durable = projector_consumer(copy_id(self.connection))
+        if durable == self.durable:
+            return
+        old, self.durable = self.durable, durable
+        logger.info("projector: read-model copy renamed its consumer %s -> %s", old, durable)
+        with contextlib.suppress(Exception):  # best effort: forget-copy removes it otherwise
+            await self.log.js.delete_consumer(self.log.stream, old)
+
+    async def close(self) -> None:
+        """Stop, close the database and give up the copy's lock."""
+        await self.stop()
+        self.connection.close()
+        if self.lock is not None:
+            self.lock.release()
+
     async def run(self) -> None:
         """Consume until :meth:`stop` (reconnecting and re-binding after NATS outages)."""
         listener = await self._listen_for_demand()
@@ -369,6 +462,7 @@ class ProjectorWorker:
                 if not self._renew_read_model():
                     await asyncio.sleep(RENEW_RETRY)
                     continue
+                await self._follow_copy()
                 self._committed = self.start_position() - 1
                 if self.on_commit:
                     self.on_commit(self._committed)
@@ -419,15 +513,21 @@ class ProjectorWorker:
                 continue
             if not msgs:
                 continue
-            if len(msgs) < self.batch_size and self.linger > 0:
-                msgs += await self._linger(fetch, self.batch_size - len(msgs))
-            entries = [
-                LogEntry(stream_sequence(m), m.subject, m.data, dict(m.headers or {})) for m in msgs
-            ]
-            seq = await self._apply_with_retry(entries)
-            self._committed = seq
-            if self.on_commit:
-                self.on_commit(seq)
+            self._batch_done = done = asyncio.Event()
+            try:
+                if len(msgs) < self.batch_size and self.linger > 0:
+                    msgs += await self._linger(fetch, self.batch_size - len(msgs))
+                entries = [
+                    LogEntry(stream_sequence(m), m.subject, m.data, dict(m.headers or {}))
+                    for m in msgs
+                ]
+                seq = await self._apply_with_retry(entries)
+                self._committed = seq
+                if self.on_commit:
+                    self.on_commit(seq)
+            finally:
+                self._batch_done = None
+                done.set()
             await msgs[-1].ack()  # AckPolicy.ALL: acknowledges the whole batch
 
     async def _linger(self, fetch: Any, room: int) -> list[Msg]:
@@ -440,15 +540,15 @@ class ProjectorWorker:
         read-your-writes latency does not pay for it.
         """
         demand = self.demand
-        if demand is None or demand.pressing(self._committed):
+        if demand is None or demand.pressing(self._committed) or self._stopping.is_set():
             return []
         demand.event.clear()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.linger):
-                while not demand.pressing(self._committed):
+                while not demand.pressing(self._committed) and not self._stopping.is_set():
                     await demand.event.wait()
                     demand.event.clear()
-        if demand.pressing(self._committed):
+        if demand.pressing(self._committed) or self._stopping.is_set():
             return []  # a reader arrived: commit now (fetching more would cost it ~1 ms)
         try:
             more: list[Msg] = await fetch(room, timeout=0.001)

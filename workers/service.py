@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.sqlite.database import open_database
 from memstream.workers.event_log import EventLog, connect_nats
 from memstream.workers.position import Demand
 from memstream.workers.projector import DEFAULT_LINGER, ProjectorWorker
@@ -38,20 +38,22 @@ async def run_worker(name: str, config: WorkerConfig, stop: asyncio.Event) -> No
     if name not in WORKERS:
         raise InvalidInputError(f"unknown worker {name!r}; known: {', '.join(WORKERS)}")
     client = await connect_nats(config.nats_url, name=f"memstream-{name}")
-    log = EventLog(client, config.stream)
-    await log.ensure_stream()
-    worker = ProjectorWorker(
-        log,
-        open_database(config.database, repair=True),
-        batch_size=config.batch_size,
-        demand=Demand(),
-        linger=config.linger,
-    )
-    worker.start()
     try:
-        await stop.wait()
+        log = EventLog(client, config.stream)
+        await log.ensure_stream()
+        worker = ProjectorWorker.open(
+            log,
+            config.database,
+            batch_size=config.batch_size,
+            demand=Demand(),
+            linger=config.linger,
+        )
+        worker.start()
+        try:
+            await stop.wait()
+        finally:
+            await worker.close()
     finally:
-        await worker.stop()
-        worker.connection.close()  # the worker's: it replaces a damaged read model
-        await client.flush(timeout=2)
+        with contextlib.suppress(Exception):  # NATS may be gone already
+            await client.flush(timeout=2)
         await client.close()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import nats.errors
 
-from memstream.domain.errors import UnavailableError
+from memstream.domain.errors import InvalidInputError, NotFoundError, UnavailableError
+from memstream.projections.sqlite.copy import copy_id
 from memstream.projections.sqlite.database import dead_letters, tracked_seq
 from memstream.workers.event_log import EventLog
 from memstream.workers.projector import default_projections
@@ -48,11 +50,25 @@ class ProjectionStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class CopyStatus:
+    """One read-model copy projecting the stream (a data dir, host or database), as its durable
+    consumers show it: how far the slowest has acknowledged, and how far behind that is."""
+
+    copy_id: str
+    consumers: list[str]
+    ack_floor: int
+    lag: int
+    local: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PlatformStatus:
     """Everything ``memstream status`` shows."""
 
     stream: StreamStatus
     consumers: list[ConsumerStatus]
+    copies: list[CopyStatus]
+    copy_id: str
     projections: list[ProjectionStatus]
     dead_letter_count: int
     dead_letters: list[dict[str, object]]
@@ -106,6 +122,69 @@ async def consumer_statuses(log: EventLog) -> list[ConsumerStatus]:
     return sorted(consumers, key=lambda c: (not c.durable, c.name))
 
 
+# The durable consumers of a read-model copy: ``<worker>-<copy id>`` (see projector_consumer).
+_COPY_CONSUMER = re.compile(r"(?P<worker>[a-z]+)-(?P<copy>[0-9a-f]{12})")
+
+
+def copy_of(consumer: str) -> str | None:
+    """The read-model copy a durable consumer belongs to, if it is a copy's consumer."""
+    match = _COPY_CONSUMER.fullmatch(consumer)
+    return match["copy"] if match else None
+
+
+def copy_statuses(
+    consumers: list[ConsumerStatus], last_seq: int, local: str | None = None
+) -> list[CopyStatus]:
+    """Group the stream's durable consumers by read-model copy; ``local`` marks this one."""
+    grouped: dict[str, list[ConsumerStatus]] = {}
+    for consumer in consumers:
+        copy = copy_of(consumer.name) if consumer.durable else None
+        if copy is not None:
+            grouped.setdefault(copy, []).append(consumer)
+    copies = []
+    for copy, members in sorted(grouped.items()):
+        floor = min(c.ack_floor for c in members)
+        copies.append(
+            CopyStatus(
+                copy,
+                sorted(c.name for c in members),
+                floor,
+                max(0, last_seq - floor),
+                copy == local,
+            )
+        )
+    return copies
+
+
+async def forget_copy(log: EventLog, copy: str, *, local: str | None = None) -> list[str]:
+    """Delete the durable consumers of read-model copy ``copy`` (one that no longer exists);
+    returns their names.
+
+    Raises:
+        InvalidInputError: ``copy`` is not a copy id, or is this data dir's own copy.
+        NotFoundError: the stream has no consumer of that copy.
+        UnavailableError: NATS did not answer.
+    """
+    if not isinstance(copy, str) or not re.fullmatch(r"[0-9a-f]{12}", copy):
+        raise InvalidInputError(
+            f"copy id {copy!r} is not a read-model copy id (12 hex digits, as status lists them)"
+        )
+    if copy == local:
+        raise InvalidInputError(
+            f"copy {copy} is this data dir's own read-model copy; forget another copy, "
+            "or remove this one's database first"
+        )
+    names = [c.name for c in await consumer_statuses(log) if c.durable and copy_of(c.name) == copy]
+    if not names:
+        raise NotFoundError(f"stream {log.stream!r} has no consumer of read-model copy {copy}")
+    for name in names:
+        try:
+            await log.js.delete_consumer(log.stream, name)
+        except (nats.errors.Error, TimeoutError) as error:
+            raise UnavailableError(f"cannot delete consumer {name!r}: {error!r}") from error
+    return names
+
+
 def projection_statuses(connection: sqlite3.Connection, last_seq: int) -> list[ProjectionStatus]:
     """Tracked sequence and lag (``last_seq`` minus tracked) of every projection."""
     statuses = []
@@ -125,9 +204,13 @@ async def platform_status(
     """
     stream = await stream_status(log)
     letters = dead_letters(connection)
+    consumers = await consumer_statuses(log)
+    local = copy_id(connection)
     return PlatformStatus(
         stream=stream,
-        consumers=await consumer_statuses(log),
+        consumers=consumers,
+        copies=copy_statuses(consumers, stream.last_seq, local),
+        copy_id=local,
         projections=projection_statuses(connection, stream.last_seq),
         dead_letter_count=len(letters),
         dead_letters=letters[-dead_letter_limit:] if dead_letter_limit > 0 else [],

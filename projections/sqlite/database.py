@@ -19,12 +19,12 @@ from memstream.projections.sqlite.damage import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # ``PRAGMA application_id`` of a memstream read model ("MSDB"), set by migration
 # APPLICATION_ID_VERSION. A database at a lower version without it is an older memstream read
 # model; any other non-empty database without it is foreign.
 APPLICATION_ID = 0x4D534442
-APPLICATION_ID_VERSION = 5
+APPLICATION_ID_VERSION = 6
 # Up to this size, opening for the projector (``repair=True``) runs ``PRAGMA quick_check``:
 # about 1 ms per MiB with a warm page cache. Larger files are checked at their first error.
 QUICK_CHECK_LIMIT = 32 * 1024 * 1024
@@ -158,6 +158,15 @@ _MIGRATIONS: dict[int, str] = {
         SELECT p.mid FROM messages AS p WHERE p.sid = messages.sid AND p.id = messages.parent_id
     ) WHERE parent_id IS NOT NULL;
     """,
+    # A read-model copy has an identity, created with it and kept inside it: its durable
+    # consumers are named from it, so any number of copies project the whole stream each.
+    5: """
+    CREATE TABLE meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    INSERT INTO meta (key, value) VALUES ('copy_id', lower(hex(randomblob(6))));
+    """,
     # Marks the file as a memstream read model, so that a foreign database is not taken for one.
     APPLICATION_ID_VERSION: f"PRAGMA application_id = {APPLICATION_ID}",
 }
@@ -189,7 +198,7 @@ class ReadModelConnection(sqlite3.Connection):
 
 def open_database(
     path: str | Path, *, repair: bool = False, quick_check_limit: int = QUICK_CHECK_LIMIT
-) -> sqlite3.Connection:
+) -> ReadModelConnection:
     """Open (and migrate) the read-model database in WAL mode.
 
     Every open checks cheaply that the file is a memstream read model (a database, with our

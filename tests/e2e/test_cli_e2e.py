@@ -195,13 +195,24 @@ def test_append_history_search_export_rebuild_verify_status(
     assert past[0]["seq"] == 2
     assert past[0]["comparable"] is False
 
-    # And status shows the stream, the worker's durable consumer, no lag and no dead letters
+    # And status shows the stream, the worker's durable consumer (named from this data dir's
+    # read-model copy), that copy with no lag, and no dead letters
     status = json_of(env, "status")
     assert status["stream"]["name"] == env["MEMSTREAM_STREAM"]
     assert (status["stream"]["messages"], status["stream"]["last_seq"]) == (3, 3)
-    assert {"name": "projector", "durable": True}.items() <= next(
-        c for c in status["consumers"] if c["name"] == "projector"
+    consumer = f"projector-{status['copy_id']}"
+    assert {"name": consumer, "durable": True}.items() <= next(
+        c for c in status["consumers"] if c["name"] == consumer
     ).items()
+    assert status["copies"] == [
+        {
+            "copy_id": status["copy_id"],
+            "consumers": [consumer],
+            "ack_floor": 3,
+            "lag": 0,
+            "local": True,
+        }
+    ]
     assert status["projections"] == [
         {"name": "sessions", "tracked_seq": 3, "lag": 0},
         {"name": "context", "tracked_seq": 3, "lag": 0},

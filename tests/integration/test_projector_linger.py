@@ -179,7 +179,7 @@ class _Halfway(SessionProjection):
             self.reached.set()
 
 
-async def test_a_batch_lets_others_run_between_its_events_and_a_stop_rolls_it_back(
+async def test_a_batch_lets_others_run_between_its_events_and_an_abandoning_stop_rolls_it_back(
     settings: Settings,
 ) -> None:
     # Given 300 appends in the log and a projector that will take them in one batch
@@ -194,11 +194,12 @@ async def test_a_batch_lets_others_run_between_its_events_and_a_stop_rolls_it_ba
             writer.log, connection, projections=[halfway, ContextProjection()], demand=Demand()
         )
         # When this task runs while the batch is half applied (it can only if the projector
-        # lets the event loop run between events), and stops the projector there
+        # lets the event loop run between events), and stops the projector there without
+        # letting it finish the batch (drain=0)
         worker.start()
         async with asyncio.timeout(10):
             await halfway.reached.wait()
-        await worker.stop()
+        await worker.stop(drain=0)
         # Then nothing of the batch was committed, and no transaction is left open
         assert halfway.count < 300
         assert not connection.in_transaction
@@ -224,5 +225,31 @@ async def test_a_batch_lets_others_run_between_its_events_and_a_stop_rolls_it_ba
         finally:
             await again.stop()
             connection.close()
+    finally:
+        await writer.close()
+
+
+async def test_a_clean_stop_commits_the_batch_in_hand(settings: Settings) -> None:
+    # Given 300 appends in the log and a projector half way through them in one batch
+    writer = await open_memstream(settings, workers=False)
+    try:
+        session = writer.session("s")
+        for i in range(300):
+            await session.append_message(_message(i))
+        connection = open_database(settings.database_path)
+        halfway = _Halfway(150)
+        worker = ProjectorWorker(
+            writer.log, connection, projections=[halfway, ContextProjection()], demand=Demand()
+        )
+        worker.start()
+        async with asyncio.timeout(10):
+            await halfway.reached.wait()
+        # When it is stopped cleanly (the default drain)
+        await worker.stop()
+        # Then what it had received is projected before it stopped
+        assert not connection.in_transaction
+        assert tracked_seq(connection, "sessions") == 300
+        assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 300
+        connection.close()
     finally:
         await writer.close()

@@ -23,6 +23,7 @@ from memstream import ReadModelDamagedError
 from memstream.client import Memstream
 from memstream.projections.sqlite.damage import file_identity
 from memstream.settings import Settings
+from memstream.workers.projector import projector_consumer
 
 MEMSTREAM = str(Path(sys.executable).parent / "memstream")
 PAGE = 4096
@@ -319,6 +320,7 @@ async def test_the_projector_replaces_a_read_model_it_finds_damaged_in_a_batch(
     assert ms.projector is not None
     stats = ms.projector.stats
     damaged = file_identity(settings.database_path)
+    old_copy = ms.copy_id
 
     # When every page but the tracking table's is garbage, and the next write arrives
     overwrite_all_but_tracking(settings.database_path)
@@ -336,3 +338,9 @@ async def test_the_projector_replaces_a_read_model_it_finds_damaged_in_a_batch(
     )
     assert stats.dead_lettered == 0  # the damage was the file's, not the event's
     assert ms.projector.connection.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+    # And the new file is a new read-model copy: the projector consumes under its name, and the
+    # old copy's consumer is gone
+    assert ms.copy_id != old_copy
+    assert ms.projector.durable == projector_consumer(ms.copy_id)
+    names = {c.name for c in await ms.log.js.consumers_info(ms.log.stream)}
+    assert projector_consumer(old_copy) not in names

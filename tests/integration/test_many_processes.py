@@ -1,0 +1,228 @@
+"""Many processes, many read-model copies: each scenario runs separate OS processes.
+
+- a writer that exits, then a reader in a new process (embedded, and with a separate worker);
+- two projectors for one read-model copy: the second is refused, and takes over after a SIGKILL;
+- two data dirs (two copies) on one external NATS: each projects the whole stream;
+- forgetting a copy that no longer exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from memstream.workers.embedded import NatsServerProcess
+
+MEMSTREAM = str(Path(sys.executable).parent / "memstream")
+SCRIPT = str(Path(__file__).resolve().parent.parent / "support" / "session_script.py")
+
+
+def env_for(**settings: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
+    env.update(settings)
+    return env
+
+
+def script(env: dict[str, str], *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, SCRIPT, *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, f"{args}: {result.returncode}\n{result.stderr}"
+    return result.stdout
+
+
+def cli(env: dict[str, str], *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [MEMSTREAM, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == expect, f"{args}: {result.returncode}\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def cli_json(env: dict[str, str], *args: str) -> Any:
+    return json.loads(cli(env, *args, "--json").stdout)
+
+
+def start_worker(env: dict[str, str], log: Path, *options: str) -> subprocess.Popen[str]:
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [MEMSTREAM, "worker", "projector", *options],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+
+def wait_for_text(
+    path: Path, text: str, process: subprocess.Popen[str], timeout: float = 30
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in path.read_text():
+            return
+        assert process.poll() is None, path.read_text()
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} not in {path} within {timeout} s:\n{path.read_text()}")
+
+
+def stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
+    if process.poll() is None:
+        process.send_signal(sig)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def test_a_new_embedded_process_reads_what_an_exited_writer_wrote(tmp_path: Path) -> None:
+    # Given a script that appends 200 messages on the embedded platform and exits
+    env = env_for(MEMSTREAM_DATA_DIR=str(tmp_path / "data"))
+    script(env, "append", "chat", "200")
+    # Then its clean close projected its own writes before it stopped (read without NATS)
+    with sqlite3.connect(tmp_path / "data" / "memstream.db") as db:
+        assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 200
+    # When the next script reads the session
+    history = json.loads(script(env, "history", "chat"))
+    # Then it sees all 200 messages
+    assert history == [f"m{i}" for i in range(200)]
+
+
+def test_a_new_process_sees_a_refreshed_prompt_of_an_exited_process(tmp_path: Path) -> None:
+    # Given one process that froze a cached prompt, changed a block and refreshed it, and exited
+    env = env_for(MEMSTREAM_DATA_DIR=str(tmp_path / "data"))
+    script(env, "refresh", "chat", "Likes green tea")
+    # When the next process freezes the system prompt of the same session
+    prompt = json.loads(script(env, "freeze", "chat"))
+    # Then it gets the refreshed prompt, not the first one
+    assert "Likes green tea" in prompt
+
+
+def test_a_reader_waits_for_a_separate_lingering_worker(
+    tmp_path: Path, nats_server: NatsServerProcess
+) -> None:
+    # Given a projector in its own process that lingers 5 s per batch, on an external NATS
+    env = env_for(
+        MEMSTREAM_NATS_URL=nats_server.url,
+        MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
+        MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
+    )
+    log = tmp_path / "worker.log"
+    worker = start_worker(env, log, "--linger", "5")
+    try:
+        wait_for_text(log, "projector: stream", worker)
+        # And a writer process that appended 150 messages and exited
+        script(env, "append", "chat", "150")
+        # When a new process reads the session
+        started = time.monotonic()
+        history = json.loads(script(env, "history", "chat"))
+        # Then it sees every message the log held when it connected, without waiting the
+        # worker's linger out (it tells the worker what it waits for)
+        assert history == [f"m{i}" for i in range(150)]
+        assert time.monotonic() - started < 5
+    finally:
+        stop(worker)
+
+
+def test_a_second_projector_for_one_copy_is_refused_and_takes_over_after_a_kill(
+    tmp_path: Path, nats_server: NatsServerProcess
+) -> None:
+    env = env_for(
+        MEMSTREAM_NATS_URL=nats_server.url,
+        MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
+        MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
+    )
+    # Given a projector running for the data dir's read-model copy
+    first = start_worker(env, tmp_path / "first.log")
+    try:
+        wait_for_text(tmp_path / "first.log", "projector: stream", first)
+        # When a second projector starts for the same data dir
+        second = cli(env, "worker", "projector", expect=1)
+        # Then it is refused at start in one line that names the running one
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1, second.stderr
+        assert "a projector already runs for read-model copy" in lines[0]
+        assert f"process {first.pid} on " in lines[0]
+        # And the first one carries on: writes are projected once
+        script(env, "append", "chat", "50")
+        assert json.loads(script(env, "history", "chat")) == [f"m{i}" for i in range(50)]
+        # When the first projector is killed (SIGKILL: no clean-up runs)
+        stop(first, signal.SIGKILL)
+        script(env, "append", "other", "30")
+        # Then a new projector may start at once, and resumes where the first one stopped
+        third = start_worker(env, tmp_path / "third.log")
+        try:
+            wait_for_text(tmp_path / "third.log", "projector: stream", third)
+            assert json.loads(script(env, "history", "other")) == [f"m{i}" for i in range(30)]
+            verified = cli_json(env, "projections", "verify")
+            assert all(v["ok"] for v in verified), verified
+            with sqlite3.connect(tmp_path / "data" / "memstream.db") as db:
+                assert db.execute(
+                    "SELECT count(*), count(DISTINCT sid || id) FROM messages"
+                ).fetchone() == (80, 80)
+        finally:
+            stop(third)
+    finally:
+        stop(first)
+
+
+def test_two_data_dirs_on_one_nats_each_project_the_whole_stream(
+    tmp_path: Path, nats_server: NatsServerProcess
+) -> None:
+    stream = "T" + uuid.uuid4().hex[:12].upper()
+    envs = [
+        env_for(
+            MEMSTREAM_NATS_URL=nats_server.url,
+            MEMSTREAM_DATA_DIR=str(tmp_path / name),
+            MEMSTREAM_STREAM=stream,
+        )
+        for name in ("host-a", "host-b")
+    ]
+    # Given a projector process for each of two data dirs (two hosts) on one NATS stream
+    workers = [start_worker(env, tmp_path / f"worker-{i}.log") for i, env in enumerate(envs)]
+    try:
+        for i, worker in enumerate(workers):
+            wait_for_text(tmp_path / f"worker-{i}.log", "projector: stream", worker)
+        # When a writer appends 2,000 messages through the first data dir, in 4 processes
+        for part in range(4):
+            script(envs[0], "append", f"chat-{part}", "500")
+        # Then each data dir's read model holds all of them, and verifies equal to the log
+        for env in envs:
+            for part in range(4):
+                history = json.loads(script(env, "history", f"chat-{part}"))
+                assert history == [f"m{i}" for i in range(500)]
+            verified = cli_json(env, "projections", "verify")
+            assert all(v["ok"] for v in verified), verified
+        # And each status lists both copies, each with its own consumer and no lag
+        statuses = [cli_json(env, "status") for env in envs]
+        ids = [s["copy_id"] for s in statuses]
+        assert ids[0] != ids[1]
+        for status in statuses:
+            copies = {c["copy_id"]: c for c in status["copies"]}
+            assert set(copies) == set(ids)
+            assert all(c["lag"] == 0 and c["ack_floor"] == 2000 for c in copies.values())
+            assert [c["copy_id"] for c in copies.values() if c["local"]] == [status["copy_id"]]
+        # When host B is gone for good and host A forgets its copy
+        stop(workers[1])
+        cli(envs[0], "projections", "forget-copy", ids[0], expect=1)  # its own: refused
+        forgotten = cli_json(envs[0], "projections", "forget-copy", ids[1])
+        assert forgotten == {"copy_id": ids[1], "deleted_consumers": [f"projector-{ids[1]}"]}
+        # Then only host A's copy is left on the stream
+        assert [c["copy_id"] for c in cli_json(envs[0], "status")["copies"]] == [ids[0]]
+        unknown = cli(envs[0], "projections", "forget-copy", ids[1], expect=1)
+        assert unknown.stderr.strip() == (
+            f"error: stream {stream!r} has no consumer of read-model copy {ids[1]}"
+        )
+    finally:
+        for worker in workers:
+            stop(worker)

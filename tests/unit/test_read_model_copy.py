@@ -1,0 +1,76 @@
+"""A read-model copy's identity and its single-projector lock; grouping consumers by copy."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+import pytest
+
+from memstream.domain.errors import ProjectorRunningError
+from memstream.projections.sqlite.copy import ProjectorLock, copy_id, lock_path
+from memstream.projections.sqlite.database import open_database
+from memstream.workers.status import ConsumerStatus, copy_of, copy_statuses
+
+
+def test_a_copy_id_is_created_with_the_database_and_kept_inside_it(tmp_path: Path) -> None:
+    # Given two fresh read-model databases
+    first, second = open_database(tmp_path / "a.db"), open_database(tmp_path / "b.db")
+    try:
+        # Then each has its own id of 12 hex digits, and a reopened database keeps its id
+        assert re.fullmatch(r"[0-9a-f]{12}", copy_id(first))
+        assert copy_id(first) != copy_id(second)
+        reopened = open_database(tmp_path / "a.db")
+        assert copy_id(reopened) == copy_id(first)
+        reopened.close()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_one_copy_has_one_projector_lock(tmp_path: Path) -> None:
+    database = tmp_path / "memstream.db"
+    # Given a projector lock held for a copy
+    held = ProjectorLock.acquire(database, "abc")
+    try:
+        # When another holder asks for it (another open file: flock is per open file)
+        with pytest.raises(ProjectorRunningError) as refused:
+            ProjectorLock.acquire(database, "abc")
+        # Then it is refused, naming the copy and the holder
+        assert f"read-model copy abc ({database})" in str(refused.value)
+        assert f"process {os.getpid()} on " in str(refused.value)
+        # And the lock file is readable by its owner only
+        assert stat.S_IMODE(lock_path(database).stat().st_mode) == 0o600
+    finally:
+        held.release()
+    # When the holder released it, Then the next one gets it
+    again = ProjectorLock.acquire(database, "abc")
+    assert again.held
+    again.release()
+    again.release()  # idempotent
+    assert not again.held
+
+
+def test_consumers_are_grouped_by_copy(tmp_path: Path) -> None:
+    def consumer(name: str, floor: int, durable: bool = True) -> ConsumerStatus:
+        return ConsumerStatus(name, durable, 0, 0, 0, floor)
+
+    # Given the consumers of two copies, an ephemeral reader and a consumer of someone else
+    consumers = [
+        consumer("projector-aaaaaaaaaaaa", 90),
+        consumer("indexer-aaaaaaaaaaaa", 70),
+        consumer("projector-bbbbbbbbbbbb", 100),
+        consumer("projector-cccccccccccc", 5, durable=False),
+        consumer("my-analytics", 3),
+    ]
+    # When they are grouped, with the stream at 100 and copy a being this data dir's
+    copies = copy_statuses(consumers, 100, local="aaaaaaaaaaaa")
+    # Then each copy shows its consumers, its slowest floor and that lag
+    assert [(c.copy_id, c.consumers, c.ack_floor, c.lag, c.local) for c in copies] == [
+        ("aaaaaaaaaaaa", ["indexer-aaaaaaaaaaaa", "projector-aaaaaaaaaaaa"], 70, 30, True),
+        ("bbbbbbbbbbbb", ["projector-bbbbbbbbbbbb"], 100, 0, False),
+    ]
+    assert copy_of("my-analytics") is None
+    assert copy_of("projector-ABCDEFABCDEF") is None
