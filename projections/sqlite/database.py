@@ -189,7 +189,7 @@ class ReadModelConnection(sqlite3.Connection):
 
 def open_database(
     path: str | Path, *, repair: bool = False, quick_check_limit: int = QUICK_CHECK_LIMIT
-) -> sqlite3.Connection:
+) -> ReadModelConnection:
     """Open (and migrate) the read-model database in WAL mode.
 
     Every open checks cheaply that the file is a memstream read model (a database, with our
