@@ -56,13 +56,14 @@ def write_read_model(path: Path, messages: int = 600, sessions: int = 3) -> None
     assert not Path(f"{path}-wal").exists()
 
 
-def overwrite_middle(path: Path, pages: int = 4) -> None:
-    """Garbage over ``pages`` whole pages in the middle of the file (its size is unchanged)."""
+def overwrite_middle(path: Path) -> None:
+    """Garbage over the middle half of the file's pages (its size is unchanged): pages of the
+    message rows and of their search index, which grow side by side."""
     size = path.stat().st_size
-    start = (size // PAGE // 2) * PAGE
+    pages = size // PAGE
     with path.open("r+b") as file:
-        file.seek(start)
-        file.write(bytes((i * 37 + 11) % 256 for i in range(pages * PAGE)))
+        file.seek(pages // 4 * PAGE)
+        file.write(bytes((i * 37 + 11) % 256 for i in range(pages // 2 * PAGE)))
     assert path.stat().st_size == size
 
 
