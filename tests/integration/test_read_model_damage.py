@@ -344,3 +344,64 @@ async def test_the_projector_replaces_a_read_model_it_finds_damaged_in_a_batch(
     assert ms.projector.durable == projector_consumer(ms.copy_id)
     names = {c.name for c in await ms.log.js.consumers_info(ms.log.stream)}
     assert projector_consumer(old_copy) not in names
+
+
+def test_a_foreign_or_unreadable_file_is_replaced_by_the_next_command(tmp_path: Path) -> None:
+    # Given sessions written through the API on the embedded platform, which then stopped
+    data_dir = tmp_path / "data"
+    env = clean_env(MEMSTREAM_DATA_DIR=str(data_dir))
+    write_sessions(data_dir, env)
+    database = data_dir / "memstream.db"
+
+    # When memstream.db is another application's database, then a file of text
+    for n, plant in enumerate((plant_foreign_database, plant_text), start=1):
+        plant(database)
+
+        # Then the next command moves it aside, rebuilds from the log and has every message
+        listed = memstream(env, "sessions", "list", "--json")
+        assert {s["session_id"]: s["messages"] for s in json.loads(listed.stdout)} == (
+            dict.fromkeys(SESSIONS, PER_SESSION)
+        )
+        assert len(corrupt_files(database)) == n
+        assert "moved it aside" in listed.stderr
+
+
+def plant_foreign_database(database: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{database}{suffix}").unlink(missing_ok=True)
+    foreign = sqlite3.connect(database)
+    foreign.execute("CREATE TABLE notes (text TEXT)")
+    foreign.commit()
+    foreign.close()
+
+
+def plant_text(database: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{database}{suffix}").unlink(missing_ok=True)
+    database.write_text("not a database\n" * 1000)
+
+
+async def test_a_short_lived_process_leaves_a_damaged_file_moved_aside(
+    ms: Memstream, settings: Settings
+) -> None:
+    # Given a client running the projector whose read met damage
+    await ms.session("a").append_messages(
+        [{"id": f"m{n}", "role": "user", "content": f"message {n} " * 50} for n in range(300)]
+    )
+    await ms.wait_for_sessions()
+    damaged = file_identity(settings.database_path)
+    check = sqlite3.connect(settings.database_path)
+    assert check.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
+    check.close()
+    overwrite_middle(settings.database_path)
+    with pytest.raises(ReadModelDamagedError, match="this process moves it aside"):
+        await ms.session("a").get_history()
+
+    # When its projector stops at once (a CLI command exiting)
+    assert ms.projector is not None
+    await ms.projector.stop()
+
+    # Then the damaged file is moved aside, for the next projector to rebuild
+    [moved] = corrupt_files(settings.database_path)
+    assert file_identity(moved) == damaged
+    assert file_identity(settings.database_path) not in (None, damaged)
