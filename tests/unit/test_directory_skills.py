@@ -24,6 +24,10 @@ def _names(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
 
 
+def _tree(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
 def _write(root: Path, relative: str, text: str) -> Path:
     file = root / relative
     file.parent.mkdir(parents=True, exist_ok=True)
@@ -270,7 +274,7 @@ async def test_a_folder_linked_to_outside_is_not_listed_loaded_or_written_throug
     (skills_dir / "shared").symlink_to(outside / "secrets", target_is_directory=True)
     (skills_dir / "team").symlink_to(outside, target_is_directory=True)
     provider = DirectorySkillProvider(skills_dir)
-    before = sorted(str(p.relative_to(outside)) for p in outside.rglob("*"))
+    before = _tree(outside)
     # Then nothing under it is listed
     listing = await provider.get() or ""
     assert "token" not in listing
@@ -285,7 +289,7 @@ async def test_a_folder_linked_to_outside_is_not_listed_loaded_or_written_throug
         with pytest.raises(InvalidInputError, match="symbolic link"):
             await provider.set(key, "written through")
     # And nothing outside was written or created
-    assert sorted(str(p.relative_to(outside)) for p in outside.rglob("*")) == before
+    assert _tree(outside) == before
     assert (outside / "secrets" / "token.md").read_text(encoding="utf-8").endswith("TOKEN-123\n")
 
 
