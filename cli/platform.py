@@ -16,6 +16,7 @@ from memstream.cli.context import (
 )
 from memstream.cli.demo import run_demo
 from memstream.cli.output import note, show_demo, show_platform
+from memstream.domain.redaction import redact_url
 from memstream.workers.apps import create_app, nats_security, require_worker
 from memstream.workers.embedded import EmbeddedRuntime
 from memstream.workers.projector import DEFAULT_LINGER
@@ -51,7 +52,7 @@ async def _up(settings: Settings, *, demo: bool) -> None:
     async with connected(settings, workers=workers) as ms:
         runtime = ms.runtime
         owner = runtime is None or runtime.owner
-        url = runtime.url if runtime is not None else str(settings.nats_url)
+        url = redact_url(runtime.url if runtime is not None else str(settings.nats_url))
         if not owner and not demo:
             raise InvalidInputError(f"memstream is already up in {settings.data_dir} ({url})")
         show_platform(
@@ -99,8 +100,8 @@ def worker(
         runtime = EmbeddedRuntime.acquire(settings.data_dir)
         if not runtime.owner:  # its owner runs the workers; a second projector would race it
             raise InvalidInputError(
-                f"another process owns {settings.data_dir} ({runtime.url}) and runs its workers; "
-                "set MEMSTREAM_NATS_URL to run workers apart from it"
+                f"another process owns {settings.data_dir} ({redact_url(runtime.url)}) and runs "
+                "its workers; set MEMSTREAM_NATS_URL to run workers apart from it"
             )
         url = runtime.url
     else:
@@ -116,7 +117,10 @@ def worker(
             token=settings.nats_token,
             creds=settings.nats_creds,
         )
-        note(f"worker {name}: NATS {url}, stream {settings.stream}, database {config.database}")
+        note(
+            f"worker {name}: NATS {redact_url(url)}, stream {settings.stream}, "
+            f"database {config.database}"
+        )
         run(create_app(config, name, security=security).run())
     finally:
         if runtime is not None:

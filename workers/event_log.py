@@ -8,6 +8,7 @@ bounded in time and raises :class:`UnavailableError` instead of hanging when NAT
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -24,6 +25,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from memstream.domain.errors import InvalidInputError, UnavailableError
+from memstream.domain.redaction import redact, redact_url, redacted_exception, url_secrets
 from memstream.workers.codec import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID
 from memstream.workers.nats_client import MemstreamNatsClient
 from memstream.workers.pull import Puller
@@ -112,16 +114,23 @@ async def connect_nats(
     if creds:
         options["user_credentials"] = creds
 
+    secrets = [*url_secrets(url), password, token]
+
     async def _quiet(error: Exception) -> None:
-        logger.debug("nats: %s", error)
+        logger.debug("nats: %s", redact(str(error), secrets))
 
     options["error_cb"] = _quiet
+    client: Client = MemstreamNatsClient()
     try:
-        client: Client = MemstreamNatsClient()
         await client.connect(**options)
     except _CONNECT_ERRORS as error:
-        raise UnavailableError(f"cannot reach NATS at {url}: {error!r}") from error
+        await _abandon(client)  # nats-py leaves the socket of a refused connection open
+        # nats-py's own errors may quote the URL: mask ours and theirs, and the chained cause
+        raise UnavailableError(
+            f"cannot reach NATS at {redact_url(url)}: {redact(repr(error), secrets)}"
+        ) from redacted_exception(error, secrets)
     except ModuleNotFoundError as error:
+        await _abandon(client)
         if error.name != "nkeys":
             raise
         raise InvalidInputError(
@@ -130,6 +139,12 @@ async def connect_nats(
     client.options["allow_reconnect"] = True  # from now on, ride out outages
     client.options["max_reconnect_attempts"] = -1
     return client
+
+
+async def _abandon(client: Client) -> None:
+    """Close a client whose connection failed, whatever state it was left in."""
+    with contextlib.suppress(Exception):
+        await client.close()
 
 
 # The acknowledgement of a stored message, as nats-server writes it (anything else is parsed).
