@@ -24,11 +24,12 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
-from memstream.domain.errors import InvalidInputError, UnavailableError
+from memstream.domain.errors import IncompatibleServerError, InvalidInputError, UnavailableError
 from memstream.domain.redaction import redact, redact_url, redacted_exception, url_secrets
 from memstream.workers.codec import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID
 from memstream.workers.nats_client import MemstreamNatsClient
 from memstream.workers.pull import Puller
+from memstream.workers.server_version import check_server
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +97,14 @@ async def connect_nats(
     """Connect to NATS; raise :class:`UnavailableError` at once if it cannot be reached.
 
     The first connection is tried once (nats-py would otherwise retry it forever with unlimited
-    reconnects); once connected, the client reconnects by itself after any outage.
+    reconnects); once connected, the client reconnects by itself after any outage. Credentials
+    never show in an error or a log line (:mod:`memstream.domain.redaction`).
+
+    Raises:
+        UnavailableError: NATS cannot be reached or refused the connection.
+        IncompatibleServerError: the server is older than a feature memstream needs
+            (:mod:`memstream.workers.server_version`).
+        InvalidInputError: a creds file is given but the nkeys package is missing.
     """
     options: dict[str, Any] = {
         "servers": [url],
@@ -136,6 +144,11 @@ async def connect_nats(
         raise InvalidInputError(
             "NATS credentials (MEMSTREAM_NATS_CREDS) need the nkeys package: pip install nkeys"
         ) from error
+    try:
+        check_server(client)  # an older server would accept what it cannot do, and fail later
+    except IncompatibleServerError:
+        await _abandon(client)
+        raise
     client.options["allow_reconnect"] = True  # from now on, ride out outages
     client.options["max_reconnect_attempts"] = -1
     return client
@@ -191,7 +204,13 @@ class EventLog:
     async def ensure_stream(self) -> None:
         """Create the stream if missing (file storage, dedupe window, deletes denied), or bring
         an existing one up to the settings memstream relies on (direct gets, atomic batches,
-        at least the 2-minute duplicate window, deletes denied)."""
+        at least the 2-minute duplicate window, deletes denied).
+
+        Raises:
+            IncompatibleServerError: the server is older than a feature memstream needs (checked
+                here too for clients not made by :func:`connect_nats`, e.g. a FastStream broker's).
+        """
+        check_server(self.client)
         config = api.StreamConfig(
             name=self.stream,
             subjects=[f"{self.subject_prefix}.>"],
