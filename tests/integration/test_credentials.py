@@ -3,7 +3,13 @@ and no password or token reaches an error, its chained causes, the CLI's line or
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import signal
+import subprocess
+import sys
+import time
 import traceback
 import uuid
 from pathlib import Path
@@ -128,3 +134,60 @@ def test_the_eventsourcing_adapter_never_shows_the_password() -> None:
     with pytest.raises(Exception, match=r"nats://alice:\*\*\*@") as caught:
         NatsFactory(env=env)
     assert SECRET not in printed(caught.value)
+
+
+async def _append_and_read(settings: Settings) -> list[dict[str, object]]:
+    ms = await open_memstream(settings, workers=False)
+    try:
+        session = ms.session("s")
+        await session.append_message({"id": "m1", "role": "user", "content": "hello"})
+        return await session.get_history()
+    finally:
+        await ms.close()
+
+
+def test_the_worker_and_the_cli_run_on_a_creds_file(tmp_path: Path) -> None:
+    # Given a server in operator mode and the CLI configured with only a URL and a creds file
+    memstream = str(Path(sys.executable).parent / "memstream")
+    with server_with_creds(tmp_path / "auth") as server:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
+        env.update(
+            MEMSTREAM_NATS_URL=server.url,
+            MEMSTREAM_NATS_CREDS=str(server.creds),
+            MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
+            MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
+        )
+        log = tmp_path / "worker.log"
+        with log.open("w") as sink:
+            worker = subprocess.Popen(
+                [memstream, "worker", "projector", "--linger", "0"],
+                env=env,
+                stdout=sink,
+                stderr=sink,
+                text=True,
+            )
+        try:
+            # When the projector worker (a FastStream app) starts, and another process (this one,
+            # without workers) appends a message
+            deadline = time.monotonic() + 60
+            while "FastStream app started" not in log.read_text():
+                assert worker.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            settings = Settings.from_env(env)
+            history = asyncio.run(_append_and_read(settings))
+            # Then this process reads it back as projected by the worker (its own write: the
+            # read waits for the worker to reach it), and a CLI command connects too
+            assert [m["id"] for m in history] == ["m1"]
+            status = subprocess.run(
+                [memstream, "status", "--json"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert status.returncode == 0, status.stderr
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(30) == 0, log.read_text()
+        assert "nkeys" not in log.read_text()
