@@ -9,6 +9,7 @@ import pytest
 
 from memstream.domain.errors import RedactedError, UnavailableError
 from memstream.domain.redaction import redact, redact_url, redacted_exception, url_secrets
+from memstream.settings import Settings
 
 
 @pytest.mark.parametrize(
@@ -79,3 +80,26 @@ def test_a_chained_driver_error_that_quotes_a_secret_is_replaced_by_a_masked_sta
 def test_a_driver_error_without_secrets_is_chained_as_it_is() -> None:
     error = ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 1)")
     assert redacted_exception(error, ["s3cret", None]) is error
+
+
+def test_the_repr_of_settings_masks_credentials() -> None:
+    # Given settings with a password in a URL, a password, a token and an API key
+    settings = Settings(
+        nats_url=f"nats://alice:{SECRET}@host:4222",
+        nats_user="alice",
+        nats_password=SECRET + "1",
+        nats_token=SECRET + "2",
+        database_url=f"postgresql://bob:{SECRET}3@db/ms",
+        llm_api_key=SECRET + "4",
+    )
+    # Then its repr (what a log line or an assertion shows) holds none of them
+    shown = repr(settings)
+    assert SECRET not in shown
+    assert "nats_url='nats://alice:***@host:4222'" in shown
+    assert "nats_password='***'" in shown
+    assert "nats_token='***'" in shown
+    assert "database_url='postgresql://bob:***@db/ms'" in shown
+    assert "llm_api_key='***'" in shown
+    assert "nats_user='alice'" in shown
+    # And the values themselves are intact
+    assert settings.nats_password == SECRET + "1"
