@@ -100,8 +100,8 @@ def worker(
         runtime = EmbeddedRuntime.acquire(settings.data_dir)
         if not runtime.owner:  # its owner runs the workers; a second projector would race it
             raise InvalidInputError(
-                f"another process owns {settings.data_dir} ({redact_url(runtime.url)}) and runs "
-                "its workers; set MEMSTREAM_NATS_URL to run workers apart from it"
+                f"another process owns {settings.data_dir} ({runtime.url}) and runs its workers; "
+                "set MEMSTREAM_NATS_URL to run workers apart from it"
             )
         url = runtime.url
     else:
@@ -117,10 +117,7 @@ def worker(
             token=settings.nats_token,
             creds=settings.nats_creds,
         )
-        note(
-            f"worker {name}: NATS {redact_url(url)}, stream {settings.stream}, "
-            f"database {config.database}"
-        )
+        note(f"worker {name}: NATS {url}, stream {settings.stream}, database {config.database}")
         run(create_app(config, name, security=security).run())
     finally:
         if runtime is not None:
