@@ -12,6 +12,7 @@ from typer.core import TyperGroup
 from memstream import MemstreamError
 from memstream.cli import blocks, events, platform, projections, sessions, status
 from memstream.cli.context import GlobalOptions
+from memstream.domain.redaction import redact
 from memstream.projections.sqlite.damage import is_damage
 from memstream.projections.sqlite.database import REBUILD_HINT
 
@@ -27,7 +28,9 @@ class _Root(TyperGroup):
         try:
             return super().invoke(ctx)
         except MemstreamError as error:
-            message = " ".join(str(error).split()) or type(error).__name__
+            # redact again: a URL with a password must not reach the terminal, whoever built
+            # the message
+            message = redact(" ".join(str(error).split())) or type(error).__name__
             typer.echo(f"error: {message}", err=True)
             raise typer.Exit(1) from None
         except sqlite3.DatabaseError as error:

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from memstream.cli.demo import DemoResult
+from memstream.domain.redaction import redact
 from memstream.projections.sqlite.checksum import Difference
 from memstream.workers.audit import AuditEvent
 from memstream.workers.rebuild import VerifyResult
@@ -48,8 +49,9 @@ def emit_jsonl(data: Any, file: IO[str] | None = None) -> None:
 
 
 def note(text: str) -> None:
-    """A line for the person at the terminal, on stderr (keeps stdout clean for pipes)."""
-    typer.echo(text, err=True)
+    """A line for the person at the terminal, on stderr (keeps stdout clean for pipes); a URL's
+    password or token in it is masked."""
+    typer.echo(redact(text), err=True)
 
 
 def message_text(message: Message) -> str:

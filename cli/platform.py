@@ -16,6 +16,7 @@ from memstream.cli.context import (
 )
 from memstream.cli.demo import run_demo
 from memstream.cli.output import note, show_demo, show_platform
+from memstream.domain.redaction import redact_url
 from memstream.workers.apps import create_app, nats_security, require_worker
 from memstream.workers.embedded import EmbeddedRuntime
 from memstream.workers.projector import DEFAULT_LINGER, claim_copy
@@ -51,7 +52,7 @@ async def _up(settings: Settings, *, demo: bool) -> None:
     async with connected(settings, workers=workers) as ms:
         runtime = ms.runtime
         owner = runtime is None or runtime.owner
-        url = runtime.url if runtime is not None else str(settings.nats_url)
+        url = redact_url(runtime.url if runtime is not None else str(settings.nats_url))
         if not owner and not demo:
             raise InvalidInputError(f"memstream is already up in {settings.data_dir} ({url})")
         show_platform(

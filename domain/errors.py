@@ -48,3 +48,12 @@ class ProjectionLagError(MemstreamError):
             f"projection {projection!r} reached stream sequence {reached}, "
             f"not {wanted}, within {timeout:g} s"
         )
+
+
+class IncompatibleServerError(UnavailableError):
+    """The NATS server is older than a feature memstream needs (see ``workers/server_version``)."""
+
+
+class RedactedError(MemstreamError):
+    """Stands in, in a chain of causes, for a driver exception whose text held a credential
+    (:func:`memstream.domain.redaction.redacted_exception`); never raised on its own."""

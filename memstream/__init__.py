@@ -4,6 +4,7 @@ from memstream.ai_tools import Tool, ToolSet
 from memstream.client import Memstream, connect
 from memstream.domain.errors import (
     ConcurrencyError,
+    IncompatibleServerError,
     InvalidInputError,
     MemstreamError,
     MessageNotFoundError,
@@ -26,6 +27,7 @@ __all__ = [
     "ConcurrencyError",
     "ContextBlock",
     "DirectorySkillProvider",
+    "IncompatibleServerError",
     "InvalidInputError",
     "Memstream",
     "MemstreamError",

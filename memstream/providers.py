@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import re
-import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,12 +26,14 @@ from memstream.domain.context import (
 )
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import check_chars, require_str, search_query
+from memstream.skill_files import SkillFolder
 
 if TYPE_CHECKING:
     from memstream.client import Memstream
 
+logger = logging.getLogger(__name__)
+
 SEARCH_RESULTS = 10
-SKILL_SUFFIXES = (".md", ".markdown", ".txt")
 
 
 async def call(method: Any, *args: Any) -> Any:
@@ -192,6 +194,10 @@ class DirectorySkillProvider:
 
     When several files share a key (``a.md``, ``a.txt``), the first suffix of ``.md``,
     ``.markdown``, ``.txt`` wins, for the listing and for ``load`` alike.
+
+    Skills never leave the folder (:mod:`memstream.skill_files`): a file or folder whose real
+    path is outside it (a symbolic link to ``/etc/passwd``, say) is not listed, ``load`` refuses
+    it, and ``set`` writes through no link at all.
     """
 
     def __init__(self, path: str | Path, keys: Iterable[str] | None = None) -> None:
@@ -201,24 +207,10 @@ class DirectorySkillProvider:
             raise InvalidInputError(f"path must be a folder path, not {type(path).__name__}")
         self.root = Path(path)
         self.keys = frozenset(require_str("skill key", k) for k in keys or ())
+        self._folder = SkillFolder(self.root)
 
     def _allowed(self, key: str) -> bool:
         return not self.keys or key in self.keys
-
-    def _files(self) -> dict[str, Path]:
-        """Every skill file by key, sorted by key."""
-        if not self.root.is_dir():
-            return {}
-        found: dict[str, tuple[int, str, Path]] = {}
-        for file in self.root.rglob("*"):
-            suffix = file.suffix.lower()
-            if suffix not in SKILL_SUFFIXES or not file.is_file():
-                continue
-            key = file.relative_to(self.root).with_suffix("").as_posix()
-            rank = (SKILL_SUFFIXES.index(suffix), file.name, file)
-            if key not in found or rank[:2] < found[key][:2]:
-                found[key] = rank
-        return {key: found[key][2] for key in sorted(found)}
 
     def _check_key(self, key: str) -> None:
         """Refuse keys that would leave the folder (and keys over 256 characters)."""
@@ -231,10 +223,15 @@ class DirectorySkillProvider:
 
     def _listing(self) -> str | None:
         lines = []
-        for key, file in self._files().items():
+        for key, file in self._folder.files().items():
             if not self._allowed(key):
                 continue
-            description, body = _split_front_matter(_read(file))
+            try:
+                text = self._folder.read(file)
+            except InvalidInputError:  # became a link since it was listed: leave it out
+                logger.warning("skills: %s in %s changed into a link; left out", key, self.root)
+                continue
+            description, body = _split_front_matter(text)
             description = description or _first_line(body)
             lines.append(f"- {key}: {description}" if description else f"- {key}")
         return "\n".join(lines) or None
@@ -242,8 +239,12 @@ class DirectorySkillProvider:
     def _load(self, key: str) -> str | None:
         if not isinstance(key, str) or not self._allowed(key):
             return None
-        file = self._files().get(key)
-        return None if file is None else _split_front_matter(_read(file))[1]
+        try:
+            self._check_key(key)
+        except InvalidInputError:  # "../x" names no skill, as in the reference: not found
+            return None
+        file = self._folder.find(key)
+        return None if file is None else _split_front_matter(self._folder.read(file))[1]
 
     def _set(self, key: str, content: str, description: str | None) -> None:
         # Everything is checked before the file is touched, and the file is replaced whole:
@@ -254,26 +255,24 @@ class DirectorySkillProvider:
         if description:
             one_line = " ".join(check_content(description, "description").split())
             text = f"---\ndescription: {one_line}\n---\n{text}"
-        file = self.root.joinpath(*key.split("/"))
-        file = file.with_name(file.name + ".md")
-        file.parent.mkdir(parents=True, exist_ok=True)
-        partial = file.with_name(f".{file.name}.{uuid.uuid4().hex}.tmp")
-        try:
-            partial.write_text(text, encoding="utf-8")
-            partial.replace(file)
-        finally:
-            partial.unlink(missing_ok=True)
+        self._folder.write(key, text)
 
     async def get(self) -> str | None:
         return await asyncio.to_thread(self._listing)
 
     async def load(self, key: str) -> str | None:
+        """The skill's body; ``None`` for an unknown or disallowed key (``../x`` included).
+
+        Raises:
+            InvalidInputError: the key's file, or a folder on its way, is a link that leads
+                outside the folder.
+        """
         return await asyncio.to_thread(self._load, key)
 
     async def set(self, key: str, content: str, description: str | None = None) -> None:
+        """Write ``<key>.md`` (front matter with the description, then the content).
+
+        Raises:
+            InvalidInputError: a bad key or content, or a link on the key's path or at its file.
+        """
         await asyncio.to_thread(self._set, key, content, description)
-
-
-def _read(file: Path) -> str:
-    # A stray non-UTF-8 byte must not take the whole block down: it reads as U+FFFD.
-    return file.read_text(encoding="utf-8", errors="replace")

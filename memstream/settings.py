@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from memstream.domain.limits import check_namespace, check_stream_name
+from memstream.domain.redaction import MASK, redact_url
+
+_SECRETS = frozenset({"nats_password", "nats_token", "llm_api_key"})
+_URLS = frozenset({"nats_url", "database_url", "llm_url"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Settings:
-    """Everything configurable about a memstream deployment."""
+    """Everything configurable about a memstream deployment (its repr masks credentials)."""
 
     data_dir: Path = Path(".memstream")
     nats_url: str | None = None
@@ -57,6 +61,17 @@ class Settings:
         check_namespace(settings.namespace)
         check_stream_name(settings.stream)
         return settings
+
+    def __repr__(self) -> str:
+        shown = []
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is not None and field.name in _SECRETS:
+                value = MASK
+            elif isinstance(value, str) and field.name in _URLS:
+                value = redact_url(value)
+            shown.append(f"{field.name}={value!r}")
+        return f"Settings({', '.join(shown)})"
 
     def with_(self, **changes: Any) -> Settings:
         """A copy with some fields changed."""

@@ -29,7 +29,7 @@ from eventsourcing.persistence import (
 )
 from nats.aio.client import Client
 
-from memstream.domain.errors import UnavailableError
+from memstream.domain.errors import IncompatibleServerError, UnavailableError
 from memstream.workers.codec import H_ORIGINATOR_ID, H_ORIGINATOR_VERSION, H_TOPIC
 from memstream.workers.event_log import (
     EventLog,
@@ -111,6 +111,8 @@ class NatsDatastore:
                 future.cancel()
                 raise OperationalError(f"NATS call did not finish within {limit:g} s") from None
             raise OperationalError(f"NATS timed out: {error!r}") from error
+        except IncompatibleServerError:
+            raise  # one line that says what to upgrade, before anything is written
         except UnavailableError as error:
             raise OperationalError(str(error)) from error
         except nats.js.errors.APIError as error:

@@ -8,6 +8,7 @@ bounded in time and raises :class:`UnavailableError` instead of hanging when NAT
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -23,10 +24,12 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
-from memstream.domain.errors import InvalidInputError, UnavailableError
+from memstream.domain.errors import IncompatibleServerError, InvalidInputError, UnavailableError
+from memstream.domain.redaction import redact, redact_url, redacted_exception, url_secrets
 from memstream.workers.codec import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID
 from memstream.workers.nats_client import MemstreamNatsClient
 from memstream.workers.pull import Puller
+from memstream.workers.server_version import check_server
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +97,14 @@ async def connect_nats(
     """Connect to NATS; raise :class:`UnavailableError` at once if it cannot be reached.
 
     The first connection is tried once (nats-py would otherwise retry it forever with unlimited
-    reconnects); once connected, the client reconnects by itself after any outage.
+    reconnects); once connected, the client reconnects by itself after any outage. Credentials
+    never show in an error or a log line (:mod:`memstream.domain.redaction`).
+
+    Raises:
+        UnavailableError: NATS cannot be reached or refused the connection.
+        IncompatibleServerError: the server is older than a feature memstream needs
+            (:mod:`memstream.workers.server_version`).
+        InvalidInputError: a creds file is given but the nkeys package is missing.
     """
     options: dict[str, Any] = {
         "servers": [url],
@@ -112,24 +122,42 @@ async def connect_nats(
     if creds:
         options["user_credentials"] = creds
 
+    secrets = [*url_secrets(url), password, token]
+
     async def _quiet(error: Exception) -> None:
-        logger.debug("nats: %s", error)
+        logger.debug("nats: %s", redact(str(error), secrets))
 
     options["error_cb"] = _quiet
+    client: Client = MemstreamNatsClient()
     try:
-        client: Client = MemstreamNatsClient()
         await client.connect(**options)
     except _CONNECT_ERRORS as error:
-        raise UnavailableError(f"cannot reach NATS at {url}: {error!r}") from error
+        await _abandon(client)  # nats-py leaves the socket of a refused connection open
+        # nats-py's own errors may quote the URL: mask ours and theirs, and the chained cause
+        raise UnavailableError(
+            f"cannot reach NATS at {redact_url(url)}: {redact(repr(error), secrets)}"
+        ) from redacted_exception(error, secrets)
     except ModuleNotFoundError as error:
+        await _abandon(client)
         if error.name != "nkeys":
             raise
         raise InvalidInputError(
             "NATS credentials (MEMSTREAM_NATS_CREDS) need the nkeys package: pip install nkeys"
         ) from error
+    try:
+        check_server(client)  # an older server would accept what it cannot do, and fail later
+    except IncompatibleServerError:
+        await _abandon(client)
+        raise
     client.options["allow_reconnect"] = True  # from now on, ride out outages
     client.options["max_reconnect_attempts"] = -1
     return client
+
+
+async def _abandon(client: Client) -> None:
+    """Close a client whose connection failed, whatever state it was left in."""
+    with contextlib.suppress(Exception):
+        await client.close()
 
 
 # The acknowledgement of a stored message, as nats-server writes it (anything else is parsed).
@@ -176,7 +204,13 @@ class EventLog:
     async def ensure_stream(self) -> None:
         """Create the stream if missing (file storage, dedupe window, deletes denied), or bring
         an existing one up to the settings memstream relies on (direct gets, atomic batches,
-        at least the 2-minute duplicate window, deletes denied)."""
+        at least the 2-minute duplicate window, deletes denied).
+
+        Raises:
+            IncompatibleServerError: the server is older than a feature memstream needs (checked
+                here too for clients not made by :func:`connect_nats`, e.g. a FastStream broker's).
+        """
+        check_server(self.client)
         config = api.StreamConfig(
             name=self.stream,
             subjects=[f"{self.subject_prefix}.>"],

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +39,9 @@ from memstream.projections.sqlite.database import (
     open_database,
     record_dead_letter,
     replace_damaged,
-    set_tracked_seq,
+    set_tracked_seqs,
     tracked_seq,
+    tracked_seqs,
 )
 from memstream.projections.sqlite.session_writer import apply_session_writes
 from memstream.workers.codec import H_TOPIC, decode_event
@@ -54,6 +56,13 @@ MAX_ATTEMPTS = 5
 # How long a projector gathers a burst of writes before committing it, unless a reader waits for
 # more than is committed, in its process or any other (see ProjectorWorker._linger).
 DEFAULT_LINGER = 0.05
+# Acknowledgements are for the server's bookkeeping only (the tracking row decides what was
+# applied), so they are sent at most this often, or for large batches at once: one message less
+# per event for the client to send and the server to handle.
+ACK_INTERVAL = 0.1
+ACK_AT_ONCE = 100
+# Batches of at least this many bytes of events are applied in a worker thread (0: never).
+THREAD_BYTES = 64 * 1024
 # How long a clean stop waits for the batch in hand to commit before it abandons it.
 STOP_DRAIN_SECONDS = 5.0
 # How long a projector waits before trying again to replace a damaged read model it could not.
@@ -171,7 +180,7 @@ def batch_steps(
     done = ProjectorStats(attempts=stats.attempts)
     connection.execute("BEGIN IMMEDIATE")
     try:
-        positions = {p.name: tracked_seq(connection, p.name) for p in projections}
+        positions = tracked_seqs(connection, [p.name for p in projections])
         if committed is not None and positions and min(positions.values()) < committed:
             raise ReadModelRewound(f"read model at {min(positions.values())}, was at {committed}")
         for entry in entries:
@@ -215,8 +224,7 @@ def batch_steps(
                 positions[projection.name] = entry.seq
             done.applied += applied
             yield
-        for name, seq in positions.items():
-            set_tracked_seq(connection, name, seq)
+        set_tracked_seqs(connection, positions)
         connection.execute("COMMIT")
     except BaseException:
         connection.execute("ROLLBACK")
@@ -293,6 +301,8 @@ class ProjectorWorker:
         demand: Demand | None = None,
         linger: float = 0.0,
         lock: ProjectorLock | None = None,
+        standing_pull: bool = True,
+        thread_bytes: int | None = None,
     ) -> None:
         self.log = log
         self.connection = connection
@@ -304,6 +314,12 @@ class ProjectorWorker:
         self.on_commit = on_commit
         self.demand = demand
         self.linger = linger
+        # Standing pull requests (Puller.pull) and deferred acks; False: a pull request per
+        # batch and an ack per commit (Puller.fetch), the path nats-py's fetch takes.
+        self.standing_pull = standing_pull
+        self._unacked: Msg | None = None
+        self.thread_bytes = THREAD_BYTES if thread_bytes is None else thread_bytes
+        self._acked_at = 0.0
         self.stats = ProjectorStats()
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -503,13 +519,28 @@ class ProjectorWorker:
             return None
 
     async def _consume(self, puller: Puller) -> None:
-        fetch = puller.fetch
+        fetch = puller.pull if self.standing_pull else puller.fetch
+        try:
+            await self._consume_from(fetch)
+        finally:
+            await self._ack_pending()
+
+    async def _ack_pending(self) -> None:
+        """Acknowledge the last committed message, if that is still to be done."""
+        unacked, self._unacked = self._unacked, None
+        if unacked is not None:
+            self._acked_at = time.monotonic()
+            with contextlib.suppress(Exception):  # not acknowledged: redelivered, then skipped
+                await unacked.ack()  # AckPolicy.ALL: acknowledges everything before it too
+
+    async def _consume_from(self, fetch: Any) -> None:
         while not self._stopping.is_set():
             if self._damage is not None:
                 raise ReadModelRewound(f"read model damaged ({self._damage})")
             try:
                 msgs: list[Msg] = await fetch(self.batch_size, timeout=0.5)
             except (TimeoutError, nats.errors.TimeoutError):
+                await self._ack_pending()
                 continue
             if not msgs:
                 continue
@@ -528,7 +559,13 @@ class ProjectorWorker:
             finally:
                 self._batch_done = None
                 done.set()
-            await msgs[-1].ack()  # AckPolicy.ALL: acknowledges the whole batch
+            self._unacked = msgs[-1]
+            if (
+                not self.standing_pull
+                or len(msgs) >= ACK_AT_ONCE
+                or time.monotonic() - self._acked_at >= ACK_INTERVAL
+            ):
+                await self._ack_pending()
 
     async def _linger(self, fetch: Any, room: int) -> list[Msg]:
         """Gather more of a burst before committing, unless a reader is waiting.
@@ -564,7 +601,13 @@ class ProjectorWorker:
         hold up a writer in this process for ~10 ms (its p99.9 append latency); applied event
         by event, the writer waits for one event at most. A waiting reader gets the rest of the
         batch at full speed.
+
+        A batch of at least :data:`THREAD_BYTES` of events (such as one ``append_messages`` of
+        hundreds of messages) is applied in a worker thread instead: SQLite releases the GIL
+        while it works, so the projection runs beside this process's writers on another core.
         """
+        if self.thread_bytes and sum(len(e.payload) for e in entries) >= self.thread_bytes:
+            return await self._apply_in_thread(entries)
         steps = batch_steps(
             self.connection,
             self.projections,
@@ -580,6 +623,26 @@ class ProjectorWorker:
             return result
         finally:
             steps.close()  # rolls back a batch left unfinished (stopped in the middle)
+
+    async def _apply_in_thread(self, entries: Sequence[LogEntry]) -> int:
+        future = asyncio.ensure_future(
+            asyncio.to_thread(
+                apply_batch,
+                self.connection,
+                self.projections,
+                entries,
+                self.stats,
+                committed=self._committed,
+            )
+        )
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # The thread cannot be stopped half way: let its transaction end before anyone may
+            # close the connection.
+            with contextlib.suppress(Exception):
+                await future
+            raise
 
     async def _apply_with_retry(self, entries: Sequence[LogEntry]) -> int:
         delay = 0.05

@@ -39,6 +39,11 @@ _V1_TOKENS = 9  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<time>.<
 _END_OF_REQUEST = frozenset(
     {api.StatusCode.NO_MESSAGES, api.StatusCode.REQUEST_TIMEOUT, api.StatusCode.CONFLICT}
 )
+# A standing request (see Puller.pull) asks for this many messages for this long, and is renewed
+# once it has fewer than a batch left or is about to expire.
+STANDING_BATCH = 10_000
+STANDING_EXPIRES = 2.0
+STANDING_RENEW_BEFORE = 0.5
 
 
 def stream_sequence(msg: Msg) -> int:
@@ -70,6 +75,13 @@ class Puller:
         self._buffer: deque[Msg] = deque()
         self._arrived = asyncio.Event()
         self._subscription: Any = None
+        # The standing request of pull(): its reply subject, how many messages it may still
+        # deliver, and when it expires (monotonic).
+        self._standing: str | None = None
+        self._standing_left = 0
+        self._standing_until = 0.0
+        self.standing_batch = STANDING_BATCH
+        self.standing_expires = STANDING_EXPIRES
 
     @classmethod
     async def bind(cls, client: Client, stream: str, consumer: str) -> Puller:
@@ -152,6 +164,83 @@ class Puller:
             else:
                 raise nats.js.errors.APIError.from_msg(msg)
 
+    async def pull(self, batch: int, timeout: float) -> list[Msg]:
+        """Up to ``batch`` messages, as they arrive on a standing pull request.
+
+        :meth:`fetch` sends a pull request for every batch it returns: with writes arriving one
+        at a time, one request (and one more message for the server to handle and the client
+        to send) per event. A standing request asks for many messages at once and stays open,
+        so the server delivers each event as it is stored and the consumer sends nothing per
+        event; the request is renewed when it runs low or is about to expire (or after a wait
+        that saw nothing, in case the connection dropped and the server forgot it). Messages
+        come in stream order, as from :meth:`fetch`.
+
+        Raises:
+            nats.errors.TimeoutError: no message arrived within ``timeout`` seconds.
+            nats.js.errors.APIError: the server answered with an error status.
+        """
+        deadline = self._deadline(batch, timeout)
+        msgs: list[Msg] = []
+        while True:
+            self._take_buffered(msgs, batch)
+            await self._keep_standing(batch)
+            if msgs:
+                # A backlog streams in chunk by chunk: let the reader task add what is already
+                # on the socket, so that a catch-up commits full batches.
+                while len(msgs) < batch:
+                    taken = len(msgs)
+                    await asyncio.sleep(0)
+                    self._take_buffered(msgs, batch)
+                    if len(msgs) == taken:
+                        break
+                return msgs
+            msg = await self._take(deadline)
+            if msg is None:
+                self._standing = None  # renew it on the next call: it may be gone
+                raise nats.errors.TimeoutError
+            self._buffer.appendleft(msg)
+
+    def _take_buffered(self, msgs: list[Msg], batch: int) -> None:
+        """Move buffered data messages to ``msgs`` (up to ``batch``); statuses that end the
+        standing request end it, statuses of other requests and heartbeats are dropped."""
+        buffer = self._buffer
+        while buffer and len(msgs) < batch:
+            msg = buffer.popleft()
+            status = _status(msg)
+            if status is None:
+                msgs.append(msg)
+                self._standing_left -= 1
+            elif msg.subject != self._standing or status == api.StatusCode.CONTROL_MESSAGE:
+                continue
+            elif status in _END_OF_REQUEST:
+                self._standing = None
+            else:
+                raise nats.js.errors.APIError.from_msg(msg)
+
+    def _deadline(self, batch: int, timeout: float) -> float:
+        """When a read of ``batch`` messages within ``timeout`` ends (arguments checked)."""
+        if batch < 1 or timeout <= 0:
+            raise ValueError(f"batch {batch} and timeout {timeout} must be positive")
+        if self._subscription is None:
+            raise nats.errors.BadSubscriptionError
+        return time.monotonic() + timeout
+
+    async def _keep_standing(self, batch: int) -> None:
+        """Send a new standing request if there is none, or the current one runs low on
+        messages or time (the old one then simply ends on its own)."""
+        now = time.monotonic()
+        if (
+            self._standing is not None
+            and self._standing_left >= batch
+            and now < self._standing_until - min(STANDING_RENEW_BEFORE, self.standing_expires / 4)
+        ):
+            return
+        expires = int(self.standing_expires * 1_000_000_000)
+        size = max(batch, self.standing_batch)
+        self._standing = await self._request({"batch": size, "expires": expires})
+        self._standing_left = size
+        self._standing_until = now + self.standing_expires
+
     async def fetch(self, batch: int, timeout: float) -> list[Msg]:
         """Up to ``batch`` messages, as nats-py's ``PullSubscription.fetch`` returns them.
 
@@ -159,11 +248,7 @@ class Puller:
             nats.errors.TimeoutError: no message arrived within ``timeout`` seconds.
             nats.js.errors.APIError: the server answered with an error status.
         """
-        if batch < 1 or timeout <= 0:
-            raise ValueError(f"batch {batch} and timeout {timeout} must be positive")
-        if self._subscription is None:
-            raise nats.errors.BadSubscriptionError
-        deadline = time.monotonic() + timeout
+        deadline = self._deadline(batch, timeout)
         msgs: list[Msg] = []
         # Messages that arrived after an earlier fetch returned come first; statuses left over
         # from earlier requests are dropped.

@@ -415,6 +415,24 @@ def tracked_seq(connection: sqlite3.Connection, projection: str) -> int:
     return int(row[0]) if row else 0
 
 
+def tracked_seqs(connection: sqlite3.Connection, projections: list[str]) -> dict[str, int]:
+    """The last stream sequence each of ``projections`` committed (0 if none), in one query."""
+    positions = dict.fromkeys(projections, 0)
+    for name, seq in connection.execute("SELECT projection, seq FROM tracking"):
+        if name in positions:
+            positions[name] = int(seq)
+    return positions
+
+
+def set_tracked_seqs(connection: sqlite3.Connection, positions: dict[str, int]) -> None:
+    """Record each projection's processed sequence (inside the caller's transaction)."""
+    connection.executemany(
+        "INSERT INTO tracking (projection, seq) VALUES (?, ?) "
+        "ON CONFLICT (projection) DO UPDATE SET seq = excluded.seq",
+        positions.items(),
+    )
+
+
 def set_tracked_seq(connection: sqlite3.Connection, projection: str, seq: int) -> None:
     """Record ``seq`` as processed (inside the caller's transaction)."""
     connection.execute(

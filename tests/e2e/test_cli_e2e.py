@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -12,13 +10,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from support.processes import MEMSTREAM, clean_env, json_of, memstream, stop, wait_for_text
 
 from memstream.workers.embedded import NatsServerProcess
 
-MEMSTREAM = str(Path(sys.executable).parent / "memstream")
 AUDIT_HEADERS = {
     "command_id",
     "causation_id",
@@ -27,48 +24,6 @@ AUDIT_HEADERS = {
     "originator_id",
     "originator_version",
 }
-
-
-def clean_env(**settings: str) -> dict[str, str]:
-    """The test process's environment without MEMSTREAM_* settings, plus ``settings``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
-    env.update(settings)
-    return env
-
-
-def memstream(env: dict[str, str], *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [MEMSTREAM, *args], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
-    assert result.returncode == expect, f"{args}: {result.returncode}\n{result.stderr}"
-    assert "Traceback" not in result.stderr
-    return result
-
-
-def json_of(env: dict[str, str], *args: str) -> Any:
-    return json.loads(memstream(env, *args, "--json").stdout)
-
-
-def wait_for_text(
-    path: Path, text: str, process: subprocess.Popen[str], timeout: float = 30
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text():
-            return
-        assert process.poll() is None, path.read_text() if path.exists() else "exited"
-        time.sleep(0.05)
-    raise AssertionError(f"{text!r} not in {path} within {timeout} s")
-
-
-def stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> int:
-    process.send_signal(sig)
-    try:
-        return process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-        raise
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ async def test_credentials_without_nkeys_are_a_user_error(
 ) -> None:
     creds = tmp_path / "user.creds"
     creds.write_text("-----BEGIN NATS USER JWT-----\nx\n------END NATS USER JWT------\n")
-    # nkeys is not a dependency; make it missing even where it happens to be installed
+    # nkeys is a dependency now; hide it, as in an environment installed without it
     monkeypatch.setitem(sys.modules, "nkeys", None)
     with pytest.raises(InvalidInputError, match="need the nkeys package: pip install nkeys"):
         await connect_nats(nats_server.url, creds=str(creds))

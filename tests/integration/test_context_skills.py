@@ -168,6 +168,41 @@ async def test_a_provider_that_loads_and_searches_renders_searchable_and_writes_
     assert provider.skills["brevity"] == ("Be brief.", "Brevity")
 
 
+async def test_a_link_out_of_the_skills_folder_never_reaches_the_model(
+    ms: Memstream, skills_dir: Path, tmp_path: Path
+) -> None:
+    # Given a skill file and a skill folder that are links to files outside (a stand-in for
+    # /etc/passwd and a folder of secrets)
+    passwd = tmp_path / "passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\n", encoding="utf-8")
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "key.md").write_text("SECRET-KEY\n", encoding="utf-8")
+    (skills_dir / "passwd.md").symlink_to(passwd)
+    (skills_dir / "vault").symlink_to(tmp_path / "secrets", target_is_directory=True)
+    session = skill_session(ms, "links", skills_dir)
+    # When the prompt is frozen, Then it lists only the skills inside the folder
+    prompt = await session.freeze_system_prompt()
+    assert prompt.endswith("- code-review: Code review\n- pirate: Talk like a pirate")
+    assert "root:x" not in prompt
+    assert "passwd" not in prompt
+    assert "SECRET" not in prompt
+    # And the model's load_context gets an error line, and nothing is recorded as loaded
+    tools = await session.tools()
+    for key in ("passwd", "vault/key"):
+        reply = await tools["load_context"].execute({"label": "skills", "key": key})
+        assert reply == (
+            f'Error: skill "{key}" leads outside the skills folder {skills_dir} '
+            "(a symbolic link); refused"
+        )
+    assert session.get_loaded_skill_keys() == set()
+    # And set_context cannot write through the linked file (its titles make flat keys)
+    reply = await tools["set_context"].execute(
+        {"label": "skills", "content": "pwned", "metadata": {"title": "passwd"}}
+    )
+    assert reply.startswith('Error: skill "passwd": passwd.md in ')
+    assert passwd.read_text(encoding="utf-8") == "root:x:0:0:root:/root:/bin/bash\n"
+
+
 # -- load_context ----------------------------------------------------------------------------------
 
 

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -17,18 +16,12 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+
+from support.processes import MEMSTREAM, clean_env, json_of, memstream, stop, wait_for_text
 
 from memstream.workers.embedded import NatsServerProcess
 
-MEMSTREAM = str(Path(sys.executable).parent / "memstream")
 SCRIPT = str(Path(__file__).resolve().parent.parent / "support" / "session_script.py")
-
-
-def env_for(**settings: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
-    env.update(settings)
-    return env
 
 
 def script(env: dict[str, str], *args: str) -> str:
@@ -37,19 +30,6 @@ def script(env: dict[str, str], *args: str) -> str:
     )
     assert result.returncode == 0, f"{args}: {result.returncode}\n{result.stderr}"
     return result.stdout
-
-
-def cli(env: dict[str, str], *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [MEMSTREAM, *args], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
-    assert result.returncode == expect, f"{args}: {result.returncode}\n{result.stderr}"
-    assert "Traceback" not in result.stderr
-    return result
-
-
-def cli_json(env: dict[str, str], *args: str) -> Any:
-    return json.loads(cli(env, *args, "--json").stdout)
 
 
 def start_worker(env: dict[str, str], log: Path, *options: str) -> subprocess.Popen[str]:
@@ -63,31 +43,9 @@ def start_worker(env: dict[str, str], log: Path, *options: str) -> subprocess.Po
         )
 
 
-def wait_for_text(
-    path: Path, text: str, process: subprocess.Popen[str], timeout: float = 30
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if text in path.read_text():
-            return
-        assert process.poll() is None, path.read_text()
-        time.sleep(0.05)
-    raise AssertionError(f"{text!r} not in {path} within {timeout} s:\n{path.read_text()}")
-
-
-def stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
-    if process.poll() is None:
-        process.send_signal(sig)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 def test_a_new_embedded_process_reads_what_an_exited_writer_wrote(tmp_path: Path) -> None:
     # Given a script that appends 200 messages on the embedded platform and exits
-    env = env_for(MEMSTREAM_DATA_DIR=str(tmp_path / "data"))
+    env = clean_env(MEMSTREAM_DATA_DIR=str(tmp_path / "data"))
     script(env, "append", "chat", "200")
     # Then its clean close projected its own writes before it stopped (read without NATS)
     with sqlite3.connect(tmp_path / "data" / "memstream.db") as db:
@@ -100,7 +58,7 @@ def test_a_new_embedded_process_reads_what_an_exited_writer_wrote(tmp_path: Path
 
 def test_a_new_process_sees_a_refreshed_prompt_of_an_exited_process(tmp_path: Path) -> None:
     # Given one process that froze a cached prompt, changed a block and refreshed it, and exited
-    env = env_for(MEMSTREAM_DATA_DIR=str(tmp_path / "data"))
+    env = clean_env(MEMSTREAM_DATA_DIR=str(tmp_path / "data"))
     script(env, "refresh", "chat", "Likes green tea")
     # When the next process freezes the system prompt of the same session
     prompt = json.loads(script(env, "freeze", "chat"))
@@ -112,7 +70,7 @@ def test_a_reader_waits_for_a_separate_lingering_worker(
     tmp_path: Path, nats_server: NatsServerProcess
 ) -> None:
     # Given a projector in its own process that lingers 5 s per batch, on an external NATS
-    env = env_for(
+    env = clean_env(
         MEMSTREAM_NATS_URL=nats_server.url,
         MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
         MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
@@ -137,7 +95,7 @@ def test_a_reader_waits_for_a_separate_lingering_worker(
 def test_a_second_projector_for_one_copy_is_refused_and_takes_over_after_a_kill(
     tmp_path: Path, nats_server: NatsServerProcess
 ) -> None:
-    env = env_for(
+    env = clean_env(
         MEMSTREAM_NATS_URL=nats_server.url,
         MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
         MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
@@ -147,7 +105,7 @@ def test_a_second_projector_for_one_copy_is_refused_and_takes_over_after_a_kill(
     try:
         wait_for_text(tmp_path / "first.log", "projector: stream", first)
         # When a second projector starts for the same data dir
-        second = cli(env, "worker", "projector", expect=1)
+        second = memstream(env, "worker", "projector", expect=1)
         # Then it is refused at start in one line that names the running one
         lines = second.stderr.strip().splitlines()
         assert len(lines) == 1, second.stderr
@@ -164,7 +122,7 @@ def test_a_second_projector_for_one_copy_is_refused_and_takes_over_after_a_kill(
         try:
             wait_for_text(tmp_path / "third.log", "projector: stream", third)
             assert json.loads(script(env, "history", "other")) == [f"m{i}" for i in range(30)]
-            verified = cli_json(env, "projections", "verify")
+            verified = json_of(env, "projections", "verify")
             assert all(v["ok"] for v in verified), verified
             with sqlite3.connect(tmp_path / "data" / "memstream.db") as db:
                 assert db.execute(
@@ -181,7 +139,7 @@ def test_two_data_dirs_on_one_nats_each_project_the_whole_stream(
 ) -> None:
     stream = "T" + uuid.uuid4().hex[:12].upper()
     envs = [
-        env_for(
+        clean_env(
             MEMSTREAM_NATS_URL=nats_server.url,
             MEMSTREAM_DATA_DIR=str(tmp_path / name),
             MEMSTREAM_STREAM=stream,
@@ -201,10 +159,10 @@ def test_two_data_dirs_on_one_nats_each_project_the_whole_stream(
             for part in range(4):
                 history = json.loads(script(env, "history", f"chat-{part}"))
                 assert history == [f"m{i}" for i in range(500)]
-            verified = cli_json(env, "projections", "verify")
+            verified = json_of(env, "projections", "verify")
             assert all(v["ok"] for v in verified), verified
         # And each status lists both copies, each with its own consumer and no lag
-        statuses = [cli_json(env, "status") for env in envs]
+        statuses = [json_of(env, "status") for env in envs]
         ids = [s["copy_id"] for s in statuses]
         assert ids[0] != ids[1]
         for status in statuses:
@@ -214,12 +172,12 @@ def test_two_data_dirs_on_one_nats_each_project_the_whole_stream(
             assert [c["copy_id"] for c in copies.values() if c["local"]] == [status["copy_id"]]
         # When host B is gone for good and host A forgets its copy
         stop(workers[1])
-        cli(envs[0], "projections", "forget-copy", ids[0], expect=1)  # its own: refused
-        forgotten = cli_json(envs[0], "projections", "forget-copy", ids[1])
+        memstream(envs[0], "projections", "forget-copy", ids[0], expect=1)  # its own: refused
+        forgotten = json_of(envs[0], "projections", "forget-copy", ids[1])
         assert forgotten == {"copy_id": ids[1], "deleted_consumers": [f"projector-{ids[1]}"]}
         # Then only host A's copy is left on the stream
-        assert [c["copy_id"] for c in cli_json(envs[0], "status")["copies"]] == [ids[0]]
-        unknown = cli(envs[0], "projections", "forget-copy", ids[1], expect=1)
+        assert [c["copy_id"] for c in json_of(envs[0], "status")["copies"]] == [ids[0]]
+        unknown = memstream(envs[0], "projections", "forget-copy", ids[1], expect=1)
         assert unknown.stderr.strip() == (
             f"error: stream {stream!r} has no consumer of read-model copy {ids[1]}"
         )

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -17,7 +19,12 @@ from memstream.domain.errors import ProjectionLagError
 from memstream.projections.sqlite.database import open_database, tracked_seq
 from memstream.settings import Settings
 from memstream.workers.position import Demand, PositionWatch
-from memstream.workers.projector import ContextProjection, ProjectorWorker, SessionProjection
+from memstream.workers.projector import (
+    ContextProjection,
+    Projection,
+    ProjectorWorker,
+    SessionProjection,
+)
 from memstream.workers.service import WorkerConfig, run_worker
 from memstream.workers.subjects import demand_subject
 
@@ -179,77 +186,122 @@ class _Halfway(SessionProjection):
             self.reached.set()
 
 
+@pytest.fixture
+async def log_of_300(settings: Settings) -> AsyncIterator[Memstream]:
+    """A client (no projector) whose log holds 300 appends to session "s"."""
+    writer = await open_memstream(settings, workers=False)
+    try:
+        session = writer.session("s")
+        for i in range(300):
+            await session.append_message(_message(i))
+        yield writer
+    finally:
+        await writer.close()
+
+
+def _one_batch_projector(
+    writer: Memstream, connection: sqlite3.Connection, projection: Projection, **options: Any
+) -> ProjectorWorker:
+    """A projector taking the 300 events as one batch (a pull request per batch: all are in
+    the log), applied in the event loop unless ``options`` say otherwise."""
+    settings = {"standing_pull": False, "thread_bytes": 0, **options}
+    return ProjectorWorker(
+        writer.log,
+        connection,
+        projections=[projection, ContextProjection()],
+        demand=Demand(),
+        **settings,
+    )
+
+
 async def test_a_batch_lets_others_run_between_its_events_and_an_abandoning_stop_rolls_it_back(
-    settings: Settings,
+    settings: Settings, log_of_300: Memstream
 ) -> None:
     # Given 300 appends in the log and a projector that will take them in one batch
-    writer = await open_memstream(settings, workers=False)
+    writer = log_of_300
+    connection = open_database(settings.database_path)
+    halfway = _Halfway(150)
+    worker = _one_batch_projector(writer, connection, halfway)
+    # When this task runs while the batch is half applied (it can only if the projector
+    # lets the event loop run between events), and stops the projector there without
+    # letting it finish the batch (drain=0)
+    worker.start()
+    async with asyncio.timeout(10):
+        await halfway.reached.wait()
+    await worker.stop(drain=0)
+    # Then nothing of the batch was committed, and no transaction is left open
+    assert halfway.count < 300
+    assert not connection.in_transaction
+    assert tracked_seq(connection, "sessions") == 0
+    assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
+    connection.close()
+    # And a projector started again applies every event once
+    connection = open_database(settings.database_path)
+    caught_up = asyncio.Event()
+
+    def committed(seq: int) -> None:
+        if seq >= 300:
+            caught_up.set()
+
+    again = ProjectorWorker(writer.log, connection, demand=Demand(), on_commit=committed)
+    again.start()
     try:
-        session = writer.session("s")
-        for i in range(300):
-            await session.append_message(_message(i))
-        connection = open_database(settings.database_path)
-        halfway = _Halfway(150)
-        worker = ProjectorWorker(
-            writer.log, connection, projections=[halfway, ContextProjection()], demand=Demand()
-        )
-        # When this task runs while the batch is half applied (it can only if the projector
-        # lets the event loop run between events), and stops the projector there without
-        # letting it finish the batch (drain=0)
-        worker.start()
         async with asyncio.timeout(10):
-            await halfway.reached.wait()
-        await worker.stop(drain=0)
-        # Then nothing of the batch was committed, and no transaction is left open
-        assert halfway.count < 300
-        assert not connection.in_transaction
-        assert tracked_seq(connection, "sessions") == 0
-        assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
-        connection.close()
-        # And a projector started again applies every event once
-        connection = open_database(settings.database_path)
-        caught_up = asyncio.Event()
-
-        def committed(seq: int) -> None:
-            if seq >= 300:
-                caught_up.set()
-
-        again = ProjectorWorker(writer.log, connection, demand=Demand(), on_commit=committed)
-        again.start()
-        try:
-            async with asyncio.timeout(10):
-                await caught_up.wait()
-            assert again.stats.applied == 300
-            rows = connection.execute("SELECT count(*), count(DISTINCT id) FROM messages")
-            assert rows.fetchone() == (300, 300)
-        finally:
-            await again.stop()
-            connection.close()
+            await caught_up.wait()
+        assert again.stats.applied == 300
+        rows = connection.execute("SELECT count(*), count(DISTINCT id) FROM messages")
+        assert rows.fetchone() == (300, 300)
     finally:
-        await writer.close()
+        await again.stop()
+        connection.close()
 
 
-async def test_a_clean_stop_commits_the_batch_in_hand(settings: Settings) -> None:
+async def test_a_clean_stop_commits_the_batch_in_hand(
+    settings: Settings, log_of_300: Memstream
+) -> None:
     # Given 300 appends in the log and a projector half way through them in one batch
-    writer = await open_memstream(settings, workers=False)
-    try:
-        session = writer.session("s")
-        for i in range(300):
-            await session.append_message(_message(i))
-        connection = open_database(settings.database_path)
-        halfway = _Halfway(150)
-        worker = ProjectorWorker(
-            writer.log, connection, projections=[halfway, ContextProjection()], demand=Demand()
-        )
-        worker.start()
-        async with asyncio.timeout(10):
-            await halfway.reached.wait()
-        # When it is stopped cleanly (the default drain)
-        await worker.stop()
-        # Then what it had received is projected before it stopped
-        assert not connection.in_transaction
-        assert tracked_seq(connection, "sessions") == 300
-        assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 300
-        connection.close()
-    finally:
-        await writer.close()
+    connection = open_database(settings.database_path)
+    halfway = _Halfway(150)
+    worker = _one_batch_projector(log_of_300, connection, halfway)
+    worker.start()
+    async with asyncio.timeout(10):
+        await halfway.reached.wait()
+    # When it is stopped cleanly (the default drain)
+    await worker.stop()
+    # Then what it had received is projected before it stopped
+    assert not connection.in_transaction
+    assert tracked_seq(connection, "sessions") == 300
+    assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 300
+    connection.close()
+
+
+class _SlowInThread(SessionProjection):
+    """The session projection, announcing its first event and then taking its time."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+
+    def apply(self, connection: sqlite3.Connection, subject: str, seq: int, event: object) -> None:
+        self.started.set()
+        time.sleep(0.002)
+        super().apply(connection, subject, seq, event)
+
+
+async def test_a_stop_during_a_batch_applied_in_a_thread_lets_it_end_first(
+    settings: Settings, log_of_300: Memstream
+) -> None:
+    # Given 300 appends in the log and a projector that applies every batch in a worker thread
+    connection = open_database(settings.database_path)
+    slow = _SlowInThread()
+    worker = _one_batch_projector(log_of_300, connection, slow, thread_bytes=1)
+    worker.start()
+    assert await asyncio.to_thread(slow.started.wait, 10)
+    # When it is stopped without draining while the thread is in the middle of the batch
+    await worker.stop(drain=0)
+    # Then the stop returned only after the thread's transaction ended (committed), so the
+    # connection can be closed and nothing is left half done
+    assert not connection.in_transaction
+    seq = tracked_seq(connection, "sessions")
+    assert seq > 0
+    assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == seq
+    connection.close()

@@ -4,10 +4,12 @@ without losing or repeating a message across fetches, and bounded in time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
 import nats
+import nats.aio.msg
 import nats.errors
 import nats.js.errors
 import pytest
@@ -168,3 +170,52 @@ async def test_a_plain_nats_py_client_is_read_through_a_callback(
         await puller.close()
     finally:
         await plain.close()
+
+
+async def test_a_standing_pull_delivers_each_message_once_in_order_across_renewals(
+    client: Client,
+) -> None:
+    # Given a consumer read through standing requests that expire every 0.4 s and ask for 7
+    psub = await _consumer(client, "standing")
+    psub.standing_batch, psub.standing_expires = 7, 0.4
+    received: list[bytes] = []
+
+    async def read(until: int) -> None:
+        while len(received) < until:
+            with contextlib.suppress(nats.errors.TimeoutError):
+                received.extend(m.data for m in await psub.pull(5, 0.3))
+
+    # When messages arrive in bursts, before, during and after requests expire
+    await _publish(client, 12)
+    await asyncio.wait_for(read(12), 10)
+    await asyncio.sleep(0.9)  # the standing request expired in between: it is renewed
+    await _publish(client, 20, start=12)
+    await asyncio.wait_for(read(32), 10)
+    # Then each arrived once, in stream order, in batches of at most 5
+    assert received == [str(i).encode() for i in range(32)]
+    # And an idle pull is bounded by its timeout
+    started = time.monotonic()
+    with pytest.raises(nats.errors.TimeoutError):
+        await psub.pull(5, 0.2)
+    assert time.monotonic() - started < 1.0
+    await psub.close()
+
+
+async def test_a_standing_pull_sends_no_request_per_message(client: Client) -> None:
+    # Given a consumer read through a standing request, and a count of the requests it sends
+    psub = await _consumer(client, "quiet")
+    requests: list[str] = []
+
+    async def count(msg: nats.aio.msg.Msg) -> None:
+        requests.append(msg.subject)
+
+    spy = await client.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.quiet", cb=count)
+    # When 50 messages are written one at a time and each is pulled as it comes
+    for i in range(50):
+        await _publish(client, 1, start=i)
+        assert [m.data for m in await psub.pull(10, 5.0)] == [str(i).encode()]
+    await client.flush()
+    # Then one request served them all (a fetch sends one per batch)
+    assert len(requests) == 1
+    await spy.unsubscribe()
+    await psub.close()

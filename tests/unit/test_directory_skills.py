@@ -13,6 +13,7 @@ import pytest
 
 from memstream import DirectorySkillProvider
 from memstream.domain.errors import InvalidInputError
+from memstream.skill_files import SkillFolder
 
 TAX = "---\ndescription: Tax workflows\n---\nFile the VAT return quarterly.\n"
 BANK = "---\ndescription: Bank reconciliation\n---\nMatch statements to the ledger.\n"
@@ -21,6 +22,10 @@ HIDDEN = "Hidden skill body\n"
 
 def _names(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
+
+
+def _tree(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
 def _write(root: Path, relative: str, text: str) -> Path:
@@ -217,3 +222,136 @@ async def test_bad_paths_and_keys_are_invalid_input(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="NUL"):
         await provider.set("a\x00b", "v")
     assert not (tmp_path / "skills").exists()
+
+
+# -- skills never leave their folder (issue 10, item 6) ----------------------------------------
+
+PASSWD = "root:x:0:0:root:/root:/bin/bash\n"
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A folder beside the skills folder, standing in for the rest of the machine: a file like
+    /etc/passwd and a folder of skill-like files."""
+    folder = tmp_path / "outside"
+    _write(folder, "passwd", PASSWD)
+    _write(folder, "secrets/token.md", "---\ndescription: Secret\n---\nTOKEN-123\n")
+    return folder
+
+
+async def test_a_file_linked_to_outside_is_not_listed_loaded_or_written_through(
+    skills_dir: Path, outside: Path
+) -> None:
+    # Given skill files that are symbolic links to a file outside the folder
+    (skills_dir / "passwd.md").symlink_to(outside / "passwd")
+    (skills_dir / "absolute.txt").symlink_to(str((outside / "passwd").resolve()))
+    provider = DirectorySkillProvider(skills_dir)
+    # Then the listing leaves them out
+    listing = await provider.get() or ""
+    assert "passwd" not in listing
+    assert "absolute" not in listing
+    assert "root:x" not in listing
+    assert listing.splitlines() == [
+        "- bank-reconciliation: Bank reconciliation",
+        "- hidden: Hidden skill body",
+        "- tax: Tax workflows",
+    ]
+    # And loading one is refused with a message naming the key and the folder
+    for key in ("passwd", "absolute"):
+        with pytest.raises(InvalidInputError, match=rf'skill "{key}" leads outside the skills'):
+            await provider.load(key)
+    # And writing the key is refused: the outside file is untouched, the link is still a link
+    with pytest.raises(InvalidInputError, match=r"passwd\.md .* symbolic link"):
+        await provider.set("passwd", "overwritten")
+    assert (outside / "passwd").read_text(encoding="utf-8") == PASSWD
+    assert (skills_dir / "passwd.md").is_symlink()
+
+
+async def test_a_folder_linked_to_outside_is_not_listed_loaded_or_written_through(
+    skills_dir: Path, outside: Path
+) -> None:
+    # Given a folder in the skills folder that is a link to a folder outside
+    (skills_dir / "shared").symlink_to(outside / "secrets", target_is_directory=True)
+    (skills_dir / "team").symlink_to(outside, target_is_directory=True)
+    provider = DirectorySkillProvider(skills_dir)
+    before = _tree(outside)
+    # Then nothing under it is listed
+    listing = await provider.get() or ""
+    assert "token" not in listing
+    assert "Secret" not in listing
+    # And loading through it is refused
+    with pytest.raises(InvalidInputError, match=r'skill "shared/token" leads outside'):
+        await provider.load("shared/token")
+    with pytest.raises(InvalidInputError, match=r'skill "team/secrets/token" leads outside'):
+        await provider.load("team/secrets/token")
+    # And writing through it is refused, for a file in it and for new folders under it
+    for key in ("shared/token", "shared/new", "team/new/deeper/skill"):
+        with pytest.raises(InvalidInputError, match="symbolic link"):
+            await provider.set(key, "written through")
+    # And nothing outside was written or created
+    assert _tree(outside) == before
+    assert (outside / "secrets" / "token.md").read_text(encoding="utf-8").endswith("TOKEN-123\n")
+
+
+async def test_a_linked_skills_folder_and_links_that_stay_inside_are_followed(
+    tmp_path: Path, skills_dir: Path
+) -> None:
+    # Given a skills folder reached through a link, with a file and a folder linked inside it
+    (skills_dir / "vat.md").symlink_to("tax.md")
+    (skills_dir / "finance").mkdir()
+    (skills_dir / "finance" / "bank.md").symlink_to("../bank-reconciliation.md")
+    (skills_dir / "again").symlink_to(".", target_is_directory=True)  # a loop of links
+    (tmp_path / "via-link").symlink_to(skills_dir, target_is_directory=True)
+    provider = DirectorySkillProvider(tmp_path / "via-link")
+    # Then links that stay inside list and load like files (and the loop ends)
+    listing = (await provider.get() or "").splitlines()
+    assert "- vat: Tax workflows" in listing
+    assert "- finance/bank: Bank reconciliation" in listing
+    assert await provider.load("vat") == "File the VAT return quarterly.\n"
+    assert await provider.load("finance/bank") == "Match statements to the ledger.\n"
+    # And set writes a plain file in the real folder, but never through a link, even inside
+    await provider.set("new", "Body.")
+    assert (skills_dir / "new.md").read_text(encoding="utf-8") == "Body."
+    with pytest.raises(InvalidInputError, match="symbolic link"):
+        await provider.set("vat", "overwritten")
+    assert (skills_dir / "tax.md").read_text(encoding="utf-8") == TAX
+
+
+async def test_a_link_swapped_in_after_the_check_is_not_followed(
+    skills_dir: Path, outside: Path
+) -> None:
+    # Given a skill found inside the folder (its real path checked)
+    folder = SkillFolder(skills_dir)
+    _write(skills_dir, "team/guide.md", "Inside.\n")
+    found = folder.find("team/guide")
+    assert found is not None
+    assert folder.read(found) == "Inside.\n"
+    # When the file is swapped for a link to outside before it is opened
+    (skills_dir / "team" / "guide.md").unlink()
+    (skills_dir / "team" / "guide.md").symlink_to(outside / "passwd")
+    # Then the open refuses it rather than following the link
+    with pytest.raises(InvalidInputError, match="leads outside"):
+        folder.read(found)
+    # And likewise when a folder on its way is swapped for a link
+    (skills_dir / "team" / "guide.md").unlink()
+    _write(skills_dir, "team/guide.md", "Inside.\n")
+    found = folder.find("team/guide")
+    assert found is not None
+    (skills_dir / "team").rename(skills_dir / "team-old")
+    (skills_dir / "team").symlink_to(outside, target_is_directory=True)
+    _write(outside, "guide.md", PASSWD)
+    with pytest.raises(InvalidInputError, match="leads outside"):
+        folder.read(found)
+
+
+async def test_dot_dot_keys_stay_refused_with_links_around(skills_dir: Path, outside: Path) -> None:
+    # Given a link out of the folder next to the keys tried
+    (skills_dir / "out").symlink_to(outside, target_is_directory=True)
+    provider = DirectorySkillProvider(skills_dir)
+    for key in ("../outside/passwd", "out/../../outside/passwd", "out/..", "./tax"):
+        # Then a traversing key loads nothing and writing it is refused
+        assert await provider.load(key) is None
+        with pytest.raises(InvalidInputError, match="must be a relative path inside the folder"):
+            await provider.set(key, "x")
+    assert (outside / "passwd").read_text(encoding="utf-8") == PASSWD
+    assert not (outside / "passwd.md").exists()

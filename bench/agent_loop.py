@@ -1,0 +1,141 @@
+"""An agent loop over 50 interleaved sessions: each step appends one message and reads that
+session's history, against the architecture's floor doing the same job by hand.
+
+The floor, per step: an awaited JetStream publish of the same message JSON (the log), then in
+SQLite (WAL, one transaction) the message's tree row and its FTS5 text, then a recursive-CTE
+walk from the new leaf to the root with every message's JSON decoded (the read model and the
+read). Ours: ``Session.append_message`` and ``Session.get_history`` with the projector in this
+process (the embedded default), so the read waits for the projection of the write.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from nats.js import JetStreamContext
+
+from bench.harness import RAW_SUBJECT, Row, bench_env, median, paired_ratio, raw_stream
+from bench.payloads import MessageFactory, payload
+from memstream.session import Session
+
+NAME = "agent_loop"
+TITLE = "agent loop: append one message, read the history (50 sessions)"
+TARGET = 0.75
+SESSIONS = 50
+ROUNDS = 5
+STEPS_PER_ROUND = 500  # 10 steps per session per round: histories grow to 50+ messages
+
+_SCHEMA = """
+CREATE TABLE messages (
+    mid INTEGER PRIMARY KEY,
+    session TEXT NOT NULL,
+    id TEXT NOT NULL,
+    parent_mid INTEGER,
+    content TEXT NOT NULL,
+    UNIQUE (session, id)
+);
+CREATE VIRTUAL TABLE messages_fts USING fts5(text, tokenize = 'porter unicode61');
+"""
+
+_PATH = """
+WITH RECURSIVE path (mid, parent_mid, content, depth) AS (
+    SELECT mid, parent_mid, content, 0 FROM messages WHERE mid = ?
+    UNION ALL
+    SELECT m.mid, m.parent_mid, m.content, path.depth + 1
+    FROM path JOIN messages AS m ON m.mid = path.parent_mid
+)
+SELECT content FROM path ORDER BY depth DESC
+"""
+
+
+class Floor:
+    """The hand-written floor: publish, insert row + FTS5 text, walk the path."""
+
+    def __init__(self, js: JetStreamContext, database: Path) -> None:
+        self.js = js
+        self.db = sqlite3.connect(database, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute("PRAGMA synchronous = NORMAL")
+        self.db.executescript(_SCHEMA)
+        self.leaves: dict[str, int | None] = {}
+
+    async def step(self, session: str, message: dict[str, Any]) -> list[dict[str, Any]]:
+        data = payload(message)
+        await self.js.publish(f"{RAW_SUBJECT}.{session}", data)
+        text = " ".join(p["text"] for p in message["parts"] if "text" in p)
+        self.db.execute("BEGIN IMMEDIATE")
+        cursor = self.db.execute(
+            "INSERT INTO messages (session, id, parent_mid, content) VALUES (?, ?, ?, ?)",
+            (session, message["id"], self.leaves.get(session), data.decode()),
+        )
+        leaf = cursor.lastrowid
+        self.db.execute("INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", (leaf, text))
+        self.db.execute("COMMIT")
+        self.leaves[session] = leaf
+        return [json.loads(row[0]) for row in self.db.execute(_PATH, (leaf,))]
+
+    def close(self) -> None:
+        self.db.close()
+
+
+async def _ours(sessions: list[Session], messages: list[dict[str, Any]]) -> float:
+    start = time.perf_counter()
+    for index, message in enumerate(messages):
+        session = sessions[index % SESSIONS]
+        await session.append_message(message)
+        history = await session.get_history()
+        assert history[-1]["id"] == message["id"], "the write is not visible"
+    return len(messages) / (time.perf_counter() - start)
+
+
+async def _floor(floor: Floor, messages: list[dict[str, Any]]) -> float:
+    start = time.perf_counter()
+    for index, message in enumerate(messages):
+        history = await floor.step(f"chat-{index % SESSIONS}", message)
+        assert history[-1]["id"] == message["id"]
+    return len(messages) / (time.perf_counter() - start)
+
+
+async def run() -> Row:
+    factory = MessageFactory(seed=11)
+    async with bench_env(NAME) as env:
+        memstream = await env.memstream()
+        raw = await env.raw_client()
+        floor = Floor(await raw_stream(raw), env.root / "floor.db")
+        try:
+            sessions = [memstream.session(f"chat-{s}") for s in range(SESSIONS)]
+            warm = factory.messages("warm", SESSIONS)
+            await _ours(sessions, warm)  # loads each aggregate once, as a running agent has
+            await _floor(floor, warm)
+            ours: list[float] = []
+            base: list[float] = []
+            for round_ in range(ROUNDS):
+                messages = factory.messages(f"r{round_}", STEPS_PER_ROUND)
+                # Alternate which goes first, so drift of the machine cancels in the pairs.
+                if round_ % 2:
+                    base.append(await _floor(floor, messages))
+                    ours.append(await _ours(sessions, messages))
+                else:
+                    ours.append(await _ours(sessions, messages))
+                    base.append(await _floor(floor, messages))
+        finally:
+            floor.close()
+            await raw.close()
+            await memstream.close()
+    ratio = paired_ratio(ours, base)
+    return Row(
+        TITLE,
+        f"{median(ours):,.0f} steps/s",
+        f"{median(base):,.0f} steps/s",
+        f"{ratio:.2f}×",
+        f"≥ {TARGET}×",
+        ratio >= TARGET,
+        f"medians of {ROUNDS} interleaved rounds of {STEPS_PER_ROUND} steps (alternating which "
+        f"goes first), ratio the median of per-round ratios; messages of 200-500 bytes of text; "
+        f"histories grow to {(ROUNDS * STEPS_PER_ROUND) // SESSIONS + 1} messages; rounds ours "
+        f"{', '.join(f'{x:,.0f}' for x in ours)} / floor {', '.join(f'{x:,.0f}' for x in base)}",
+    )
