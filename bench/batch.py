@@ -73,7 +73,7 @@ async def run() -> Row:
             for round_ in range(ROUNDS):
                 messages = factory.messages(f"r{round_}", PER_ROUND)
                 payloads = [payload(m) for m in messages]
-                session = ms.session(f"bench-batch-{round_}")  # a path stays within 10,000 hops
+                session = ms.session(f"bench-batch-{round_}")  # a fresh session each round
                 await ms.wait_for_sessions()
                 start = time.perf_counter()
                 for chain in chunks(messages, BATCH):

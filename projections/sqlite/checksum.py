@@ -15,7 +15,7 @@ _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
         (
             "messages",
             "SELECT k.namespace, k.session_id, m.id, m.parent_id, m.role, m.content, m.bytes, "
-            "m.position, m.created_at, m.child_count FROM messages AS m "
+            "m.position, m.created_at, m.child_count, m.depth, m.path_bytes FROM messages AS m "
             "JOIN session_keys AS k ON k.sid = m.sid "
             "ORDER BY k.namespace, k.session_id, m.position",
         ),
@@ -33,6 +33,11 @@ _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
             "JOIN session_keys AS k ON k.sid = m.sid "
             "LEFT JOIN messages AS p ON p.mid = m.parent_mid "
             "ORDER BY k.namespace, k.session_id, m.position",
+        ),
+        (
+            "session message counts",
+            "SELECT namespace, session_id, messages FROM session_keys "
+            "ORDER BY namespace, session_id",
         ),
         (
             "compactions",

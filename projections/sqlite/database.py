@@ -19,7 +19,7 @@ from memstream.projections.sqlite.damage import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # ``PRAGMA application_id`` of a memstream read model ("MSDB"), set by migration
 # APPLICATION_ID_VERSION. A database at a lower version without it is an older memstream read
 # model; any other non-empty database without it is foreign.
@@ -169,6 +169,27 @@ _MIGRATIONS: dict[int, str] = {
     """,
     # Marks the file as a memstream read model, so that a foreign database is not taken for one.
     APPLICATION_ID_VERSION: f"PRAGMA application_id = {APPLICATION_ID}",
+    # Each message carries aggregates of its path (``depth``: hops below its root;
+    # ``path_bytes``: bytes of the rows root→it) and each session its message count, so that a
+    # recent-history read visits only its window (the path's length and total bytes are the
+    # leaf's), and every walk is bounded by the session's size instead of a fixed depth.
+    7: """
+    ALTER TABLE messages ADD COLUMN depth INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE messages ADD COLUMN path_bytes INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE session_keys ADD COLUMN messages INTEGER NOT NULL DEFAULT 0;
+    UPDATE session_keys SET messages = (
+        SELECT count(*) FROM messages WHERE messages.sid = session_keys.sid
+    );
+    WITH RECURSIVE walk (mid, sid, id, depth, path_bytes) AS (
+        SELECT mid, sid, id, 0, bytes FROM messages WHERE parent_mid IS NULL
+        UNION
+        SELECT c.mid, c.sid, c.id, walk.depth + 1, walk.path_bytes + c.bytes
+        FROM walk JOIN messages AS c
+        ON c.sid = walk.sid AND c.parent_id = walk.id AND c.parent_mid = walk.mid
+    )
+    UPDATE messages SET depth = walk.depth, path_bytes = walk.path_bytes
+    FROM walk WHERE walk.mid = messages.mid;
+    """,
 }
 
 # Tables each projection owns: dropped and rebuilt together by ``projections rebuild``.

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from typing import Any
 
 from memstream.domain.messages import Message, decode_message, decode_messages
 from memstream.projections.overlays import Compaction, apply_overlays
-from memstream.projections.recent_history import RecentHistory, recent_window
+from memstream.projections.recent_history import RecentHistory
 from memstream.projections.search_query import to_fts5
-
-MAX_DEPTH = 10_000
 
 
 def _path_walk(column: str) -> str:
     """The walk leaf→root along ``parent_mid`` (at most ``:max_depth + 1`` rows), carrying each
-    row's ``column`` as ``path.<column>``, with its ``depth`` (0 at the leaf)."""
+    row's ``column`` as ``path.<column>``, with its ``depth`` (0 at the leaf). ``:max_depth`` is
+    the session's message count less one: no path is longer, and a walk ends even on a damaged
+    read model whose links form a loop."""
     return f"""
 WITH RECURSIVE path ({column}, parent_mid, depth) AS (
     SELECT {column}, parent_mid, 0 FROM messages WHERE sid = :sid AND id = :leaf
@@ -32,6 +33,20 @@ _PATH = _path_walk("mid")
 # (a 10,000-message history reads ~6 ms faster than joining the rows again by mid).
 _PATH_CONTENTS = _path_walk("content") + "SELECT depth, content FROM path"
 
+# The recent window, walked up from the leaf (§3.10): a row joins while the window has fewer
+# than :floor rows or the row still fits the byte budget; the first row that does not ends the
+# walk, so the read visits the window and one row more, however long the path above it is.
+_RECENT = """
+WITH RECURSIVE recent (mid, parent_mid, n, used) AS (
+    SELECT mid, parent_mid, 1, bytes FROM messages WHERE mid = :leaf
+    UNION ALL
+    SELECT m.mid, m.parent_mid, recent.n + 1, recent.used + m.bytes
+    FROM recent JOIN messages AS m ON m.mid = recent.parent_mid
+    WHERE recent.n < :limit AND (recent.n < :floor OR recent.used + m.bytes <= :budget)
+)
+SELECT recent.n, recent.parent_mid, m.content FROM recent JOIN messages AS m ON m.mid = recent.mid
+"""
+
 
 class SqliteSessionQueries:
     """Read side of sessions; every method is one short read transaction."""
@@ -46,6 +61,14 @@ class SqliteSessionQueries:
         ).fetchone()
         return None if row is None else int(row[0])
 
+    def _session(self, namespace: str, session_id: str) -> tuple[int, int] | None:
+        """The session's key and message count (the bound of every walk), or ``None``."""
+        row = self.connection.execute(
+            "SELECT sid, messages FROM session_keys WHERE namespace = ? AND session_id = ?",
+            (namespace, session_id),
+        ).fetchone()
+        return None if row is None else (int(row[0]), int(row[1]))
+
     def _latest_leaf_id(self, sid: int) -> str | None:
         row = self.connection.execute(
             "SELECT id FROM messages WHERE sid = ? AND child_count = 0 "
@@ -56,18 +79,18 @@ class SqliteSessionQueries:
 
     def _active_path(self, namespace: str, session_id: str) -> dict[str, Any] | None:
         """Parameters of :data:`_PATH` for the session's latest leaf (``None``: no messages)."""
-        sid = self._sid(namespace, session_id)
-        leaf = None if sid is None else self._latest_leaf_id(sid)
-        if sid is None or leaf is None:
+        session = self._session(namespace, session_id)
+        leaf = None if session is None else self._latest_leaf_id(session[0])
+        if session is None or leaf is None:
             return None
-        return {"sid": sid, "leaf": leaf, "max_depth": MAX_DEPTH - 1}
+        return {"sid": session[0], "leaf": leaf, "max_depth": session[1] - 1}
 
     def _resolve_leaf(self, sid: int, leaf_id: str | None) -> str | None:
         return leaf_id if leaf_id else self._latest_leaf_id(sid)
 
-    def _path_contents(self, sid: int, leaf: str) -> list[str]:
+    def _path_contents(self, sid: int, leaf: str, messages: int) -> list[str]:
         rows = self.connection.execute(
-            _PATH_CONTENTS, {"sid": sid, "leaf": leaf, "max_depth": MAX_DEPTH - 1}
+            _PATH_CONTENTS, {"sid": sid, "leaf": leaf, "max_depth": messages - 1}
         ).fetchall()
         # Root first. Sorted here on the unique depths: an ORDER BY would copy every content
         # string through SQLite's sorter (a 10,000-message history reads 12% faster this way).
@@ -91,13 +114,15 @@ class SqliteSessionQueries:
 
     def history(self, namespace: str, session_id: str, leaf_id: str | None = None) -> list[Message]:
         """Root→leaf path (latest leaf by default) with overlays applied; ``[]`` if unknown."""
-        sid = self._sid(namespace, session_id)
-        if sid is None:
+        session = self._session(namespace, session_id)
+        if session is None:
             return []
+        sid, messages = session
         leaf = self._resolve_leaf(sid, leaf_id)
         if leaf is None:
             return []
-        path = [m for m in decode_messages(self._path_contents(sid, leaf)) if m is not None]
+        contents = self._path_contents(sid, leaf, messages)
+        path = [m for m in decode_messages(contents) if m is not None]
         return apply_overlays(path, self._compactions(sid))
 
     def recent_history(
@@ -107,30 +132,32 @@ class SqliteSessionQueries:
         max_content_bytes: int,
         min_recent_messages: int = 1,
     ) -> RecentHistory:
-        """The longest recent suffix of the active path within a byte budget (§3.10)."""
-        path_of = self._active_path(namespace, session_id)
-        if path_of is None:
+        """The longest recent suffix of the active path within a byte budget (§3.10).
+
+        Reads the window and one row more: the path's total bytes are the leaf's ``path_bytes``.
+        """
+        session = self._session(namespace, session_id)
+        if session is None:
             return RecentHistory([], False, 0)
+        sid, messages = session
+        leaf = self.connection.execute(
+            "SELECT mid, path_bytes FROM messages WHERE sid = ? AND child_count = 0 "
+            "ORDER BY position DESC LIMIT 1",
+            (sid,),
+        ).fetchone()
+        if leaf is None:
+            return RecentHistory([], False, 0)
+        floor = max(1, min(math.floor(min_recent_messages), messages))
         rows = self.connection.execute(
-            _PATH + "SELECT path.mid, m.bytes FROM path JOIN messages AS m ON m.mid = path.mid "
-            "ORDER BY path.depth DESC",
-            path_of,
+            _RECENT,
+            {"leaf": leaf[0], "limit": messages, "floor": floor, "budget": max_content_bytes},
         ).fetchall()
-        sizes = [int(r[1]) for r in rows]
-        start = recent_window(sizes, max_content_bytes, min_recent_messages)
-        window = [r[0] for r in rows[start:]]
-        contents: dict[int, str] = {}
-        for chunk_start in range(0, len(window), 500):
-            chunk = window[chunk_start : chunk_start + 500]
-            marks = ",".join("?" * len(chunk))
-            for mid, content in self.connection.execute(
-                f"SELECT mid, content FROM messages WHERE mid IN ({marks})",
-                chunk,
-            ):
-                contents[mid] = content
-        path = [m for m in (decode_message(contents[mid]) for mid in window) if m is not None]
-        overlays = self._compactions(path_of["sid"])
-        return RecentHistory(apply_overlays(path, overlays), start > 0, sum(sizes))
+        rows.sort(reverse=True)  # root first, on the unique window indexes
+        # The window stops short of the root when its oldest row still links to a parent.
+        truncated = rows[0][1] is not None
+        path = [m for m in decode_messages([r[2] for r in rows]) if m is not None]
+        overlays = self._compactions(sid)
+        return RecentHistory(apply_overlays(path, overlays), truncated, int(leaf[1]))
 
     def path_messages_containing(
         self, namespace: str, session_id: str, role: str, needle: str
@@ -182,7 +209,8 @@ class SqliteSessionQueries:
         return None if row is None else decode_message(row[0])
 
     def path_length(self, namespace: str, session_id: str, leaf_id: str | None = None) -> int:
-        """Raw messages on the path root→leaf (overlays ignored); 0 if unknown or empty."""
+        """Raw messages on the path root→leaf (overlays ignored); 0 if unknown or empty. The
+        leaf's ``depth`` holds it: no walk."""
         sid = self._sid(namespace, session_id)
         if sid is None:
             return 0
@@ -190,10 +218,9 @@ class SqliteSessionQueries:
         if leaf is None:
             return 0
         row = self.connection.execute(
-            _PATH + "SELECT count(*) FROM path",
-            {"sid": sid, "leaf": leaf, "max_depth": MAX_DEPTH - 1},
+            "SELECT depth + 1 FROM messages WHERE sid = ? AND id = ?", (sid, leaf)
         ).fetchone()
-        return int(row[0])
+        return 0 if row is None else int(row[0])
 
     def branches(self, namespace: str, session_id: str, message_id: str) -> list[Message]:
         """Children of a message in log order."""

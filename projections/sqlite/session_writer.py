@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from memstream.projections.session_writes import (
     ClearSession,
@@ -29,17 +30,36 @@ def session_key(connection: sqlite3.Connection, namespace: str, session_id: str)
     return int(cursor.lastrowid or 0)
 
 
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    """A message row just inserted, with its path aggregates: the parent of the next message
+    of a chain, found without a lookup."""
+
+    sid: int
+    id: str
+    mid: int
+    depth: int
+    path_bytes: int
+
+
 def apply_session_writes(connection: sqlite3.Connection, writes: Iterable[SessionWrite]) -> None:
     """Apply writes inside the caller's transaction."""
+    last: _Stored | None = None
+    counts: dict[int, int] = {}  # messages added to each session, written once at the end
     for write in writes:
         sid = session_key(connection, write.namespace, write.session_id)
         if isinstance(write, InsertMessage):
-            _insert(connection, sid, write)
-        elif isinstance(write, UpdateMessage):
+            last = _insert(connection, sid, write, last)
+            if last is not None:
+                counts[sid] = counts.get(sid, 0) + 1
+            continue
+        last = None  # any other write may change the aggregates of the rows it touches
+        if isinstance(write, UpdateMessage):
             _update(connection, sid, write)
         elif isinstance(write, DeleteMessages):
             for message_id in write.message_ids:
-                _delete(connection, sid, message_id)
+                if _delete(connection, sid, message_id):
+                    counts[sid] = counts.get(sid, 0) - 1
         elif isinstance(write, ClearSession):
             connection.execute(
                 "DELETE FROM messages_fts WHERE rowid IN (SELECT mid FROM messages WHERE sid = ?)",
@@ -47,6 +67,8 @@ def apply_session_writes(connection: sqlite3.Connection, writes: Iterable[Sessio
             )
             connection.execute("DELETE FROM messages WHERE sid = ?", (sid,))
             connection.execute("DELETE FROM compactions WHERE sid = ?", (sid,))
+            connection.execute("UPDATE session_keys SET messages = 0 WHERE sid = ?", (sid,))
+            counts[sid] = 0
         elif isinstance(write, InsertCompaction):
             connection.execute(
                 "INSERT INTO compactions (sid, id, summary, from_message_id, to_message_id, "
@@ -61,59 +83,122 @@ def apply_session_writes(connection: sqlite3.Connection, writes: Iterable[Sessio
                     write.created_at,
                 ),
             )
+    for sid, added in counts.items():
+        if added:
+            connection.execute(
+                "UPDATE session_keys SET messages = messages + ? WHERE sid = ?", (added, sid)
+            )
 
 
-def _insert(connection: sqlite3.Connection, sid: int, write: InsertMessage) -> None:
-    # One statement: the domain never appends an existing id (keep the first content if it
-    # did), and a message re-appended after a delete adopts the orphans that point at it.
+# Moves a subtree's path aggregates by (:depth, :bytes): its root's path changed above it. The
+# walk follows the row links down (children by parent id, checked against the link); UNION
+# rather than UNION ALL, so that it ends even on a damaged read model whose links form a loop.
+_SHIFT_SUBTREE = """
+WITH RECURSIVE subtree (mid, id) AS (
+    SELECT mid, id FROM messages WHERE mid = :root
+    UNION
+    SELECT c.mid, c.id FROM subtree JOIN messages AS c
+    ON c.sid = :sid AND c.parent_id = subtree.id AND c.parent_mid = subtree.mid
+)
+UPDATE messages SET depth = depth + :depth, path_bytes = path_bytes + :bytes
+WHERE mid IN (SELECT mid FROM subtree)
+"""
+
+
+def _shift_subtree(
+    connection: sqlite3.Connection, sid: int, root: int, depth: int, size: int
+) -> None:
+    if depth or size:
+        connection.execute(
+            _SHIFT_SUBTREE, {"sid": sid, "root": root, "depth": depth, "bytes": size}
+        )
+
+
+def _insert(
+    connection: sqlite3.Connection, sid: int, write: InsertMessage, last: _Stored | None
+) -> _Stored | None:
+    """Insert a message; the inserted row, or ``None`` if its id was already stored (the domain
+    never appends an existing id: keep the first content if it did)."""
+    # The row takes its path aggregates from its parent's row (a root: depth 0, its own bytes).
+    # In a chain the parent is the row inserted just before: no lookup.
+    parent: tuple[int | None, int, int] = (None, -1, 0)
+    if write.parent_id is not None:
+        if last is not None and last.sid == sid and last.id == write.parent_id:
+            parent = (last.mid, last.depth, last.path_bytes)
+        else:
+            row = connection.execute(
+                "SELECT mid, depth, path_bytes FROM messages WHERE sid = ? AND id = ?",
+                (sid, write.parent_id),
+            ).fetchone()
+            if row is not None:
+                parent = (row[0], row[1], row[2])
+    parent_mid, depth, path_bytes = parent[0], parent[1] + 1, parent[2]
+    size = len(write.content.encode("utf-8", "surrogatepass"))
+    path_bytes += size
+    # A message re-appended after a delete counts the orphans that point at it.
     cursor = connection.execute(
         "INSERT INTO messages (sid, id, parent_id, parent_mid, role, content, bytes, position, "
-        "created_at, child_count) VALUES (?1, ?2, ?3, "
-        "(SELECT mid FROM messages WHERE sid = ?1 AND id = ?3), ?4, ?5, ?6, ?7, ?8, "
-        "(SELECT count(*) FROM messages WHERE sid = ?1 AND parent_id = ?2)) "
+        "created_at, child_count, depth, path_bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+        "(SELECT count(*) FROM messages WHERE sid = ?1 AND parent_id = ?2), ?10, ?11) "
         "ON CONFLICT (sid, id) DO NOTHING",
         (
             sid,
             write.message_id,
             write.parent_id,
+            parent_mid,
             write.role,
             write.content,
-            len(write.content.encode("utf-8", "surrogatepass")),
+            size,
             write.position,
             write.created_at,
+            depth,
+            path_bytes,
         ),
     )
     if cursor.rowcount != 1:
-        return
-    mid = cursor.lastrowid
-    if write.parent_id is not None:
+        return None
+    mid = int(cursor.lastrowid or 0)
+    if parent_mid is not None:
         connection.execute(
-            "UPDATE messages SET child_count = child_count + 1 WHERE sid = ? AND id = ?",
-            (sid, write.parent_id),
+            "UPDATE messages SET child_count = child_count + 1 WHERE mid = ?", (parent_mid,)
         )
-    # Orphans left by a delete of this id point at it again (rare: only after a delete).
-    connection.execute(
-        "UPDATE messages SET parent_mid = ? WHERE sid = ? AND parent_id = ? AND parent_mid IS NULL",
-        (mid, sid, write.message_id),
-    )
+    # Orphans left by a delete of this id point at it again (rare: only after a delete), and
+    # their subtrees' paths now run through it.
+    orphans = connection.execute(
+        "SELECT mid, depth, bytes, path_bytes FROM messages "
+        "WHERE sid = ? AND parent_id = ? AND parent_mid IS NULL",
+        (sid, write.message_id),
+    ).fetchall()
+    for orphan, orphan_depth, orphan_bytes, orphan_path_bytes in orphans:
+        connection.execute("UPDATE messages SET parent_mid = ? WHERE mid = ?", (mid, orphan))
+        _shift_subtree(
+            connection,
+            sid,
+            orphan,
+            depth + 1 - orphan_depth,
+            path_bytes + orphan_bytes - orphan_path_bytes,
+        )
     if write.text:
         connection.execute(
             "INSERT INTO messages_fts (rowid, text, scope) VALUES (?, ?, ?)",
             (mid, write.text, sid),
         )
+    return _Stored(sid, write.message_id, mid, depth, path_bytes)
 
 
 def _update(connection: sqlite3.Connection, sid: int, write: UpdateMessage) -> None:
     row = connection.execute(
-        "SELECT mid FROM messages WHERE sid = ? AND id = ?", (sid, write.message_id)
+        "SELECT mid, bytes FROM messages WHERE sid = ? AND id = ?", (sid, write.message_id)
     ).fetchone()
     if row is None:
         return
-    mid = row[0]
+    mid, old_size = row
+    size = len(write.content.encode("utf-8", "surrogatepass"))
     connection.execute(
-        "UPDATE messages SET content = ?, bytes = ? WHERE mid = ?",
-        (write.content, len(write.content.encode("utf-8", "surrogatepass")), mid),
+        "UPDATE messages SET content = ?, bytes = ? WHERE mid = ?", (write.content, size, mid)
     )
+    # Every path through this row changes by the difference in size.
+    _shift_subtree(connection, sid, mid, 0, size - old_size)
     connection.execute("DELETE FROM messages_fts WHERE rowid = ?", (mid,))
     if write.text:
         connection.execute(
@@ -122,13 +207,22 @@ def _update(connection: sqlite3.Connection, sid: int, write: UpdateMessage) -> N
         )
 
 
-def _delete(connection: sqlite3.Connection, sid: int, message_id: str) -> None:
+def _delete(connection: sqlite3.Connection, sid: int, message_id: str) -> bool:
+    """Delete a message (``False``: it was not stored)."""
     row = connection.execute(
-        "SELECT mid, parent_id FROM messages WHERE sid = ? AND id = ?", (sid, message_id)
+        "SELECT mid, parent_id, depth, path_bytes FROM messages WHERE sid = ? AND id = ?",
+        (sid, message_id),
     ).fetchone()
     if row is None:
-        return
-    mid, parent_id = row
+        return False
+    mid, parent_id, depth, path_bytes = row
+    # Each child becomes the root of its path: its subtree loses this row and all above it.
+    children = connection.execute(
+        "SELECT mid FROM messages WHERE sid = ? AND parent_id = ? AND parent_mid = ?",
+        (sid, message_id, mid),
+    ).fetchall()
+    for (child,) in children:
+        _shift_subtree(connection, sid, child, -(depth + 1), -path_bytes)
     connection.execute("DELETE FROM messages_fts WHERE rowid = ?", (mid,))
     connection.execute("DELETE FROM messages WHERE mid = ?", (mid,))
     # Children keep their parent id but lose the link: a later row may reuse this rowid.
@@ -140,3 +234,4 @@ def _delete(connection: sqlite3.Connection, sid: int, message_id: str) -> None:
             "UPDATE messages SET child_count = child_count - 1 WHERE sid = ? AND id = ?",
             (sid, parent_id),
         )
+    return True

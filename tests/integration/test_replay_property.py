@@ -20,7 +20,6 @@ from memstream.workers.rebuild import verify
 SESSIONS = ("s1", "s2")
 IDS = tuple(f"m{i}" for i in range(7))
 UNKNOWN = "nope"
-MAX_PATH = 10_000  # rows on a path, as the read model's depth limit
 
 Message = dict[str, Any]
 _OMIT = object()
@@ -75,7 +74,7 @@ class ReferenceSession:
     def path(self, leaf: str | None = None) -> list[Message]:
         leaf = leaf or self.latest_leaf()
         path: list[Message] = []
-        while leaf is not None and leaf in self.messages and len(path) < MAX_PATH:
+        while leaf is not None and leaf in self.messages:
             parent, message = self.messages[leaf]
             path.append(message)
             leaf = parent
@@ -202,6 +201,11 @@ async def _check(ms: Memstream, models: dict[str, ReferenceSession], database: P
         leaf = await session.get_latest_leaf()
         assert (leaf["id"] if leaf else None) == model.latest_leaf(), name
         assert await session.get_path_length() == len(model.path()), name
+        # And recent history's total (read from the leaf's row) is that of the walked path
+        stats = await session.get_history_row_stats()
+        recent = await session.get_recent_history(0)
+        assert recent.total_content_bytes == sum(s["bytes"] for s in stats), name
+        assert recent.truncated is (len(stats) > 1), name
         assert [c["id"] for c in await session.get_compactions()] == [o[0] for o in model.overlays]
     # And the live read model equals the read model replayed from the log into a scratch DB
     results = await verify(ms.log, database)

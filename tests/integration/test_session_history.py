@@ -73,6 +73,40 @@ async def test_history_follows_the_selected_branch_across_a_long_path(ms: Memstr
     assert ids(await session.get_branches("m30")) == ["a31"]
 
 
+async def test_a_session_longer_than_10000_messages_is_read_whole(ms: Memstream) -> None:
+    session = ms.session("beyond-10000")
+    # Given 10,500 messages in one chain, appended in atomic batches of 500 (reads used to stop
+    # 10,000 rows up from the leaf)
+    names = [f"m{i}" for i in range(10_500)]
+    for start in range(0, len(names), 500):
+        await chain(session, names[start : start + 500])
+    # Then nothing is cut: history, path length and row stats run from the root to the leaf
+    history = await session.get_history()
+    assert ids(history) == names
+    assert (history[0], history[-1]) == (msg("m0"), msg("m10499"))
+    assert await session.get_path_length() == 10_500
+    stats = await session.get_history_row_stats()
+    assert ids(stats) == names
+    # And a recent window is the tail, its total the whole path's bytes; a big one is everything
+    recent = await session.get_recent_history(0, 10)
+    assert ids(recent.messages) == names[-10:]
+    assert recent.truncated is True
+    assert recent.total_content_bytes == sum(s["bytes"] for s in stats)
+    whole = await session.get_recent_history(10**12)
+    assert ids(whole.messages) == names
+    assert whole.truncated is False
+    # When a branch grows off a message deep in it, and an overlay spans 10,200 of its messages
+    await session.append_message(msg("b"), "m10400")
+    overlay = await session.add_compaction("summary", "m100", "m10300")
+    # Then both branches read through the overlay, and path lengths count the raw messages
+    assert ids(await session.get_branches("m10400")) == ["m10401", "b"]
+    summary = f"compaction_{overlay['id']}"
+    assert ids(await session.get_history()) == [*names[:100], summary, *names[10_301:10_401], "b"]
+    assert ids(await session.get_history("m10499")) == [*names[:100], summary, *names[10_301:]]
+    assert await session.get_path_length() == 10_402
+    assert await session.get_path_length("m10499") == 10_500
+
+
 async def test_large_messages_are_intact(ms: Memstream) -> None:
     session = ms.session("large")
     # Given a 200 000-character message (multi-byte characters included)

@@ -7,15 +7,21 @@ stream sequences and written by ``apply_session_writes``; reads go through
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from memstream.domain.errors import InvalidInputError, MessageNotFoundError
 from memstream.domain.messages import decode_message, searchable_text
 from memstream.domain.session import OMITTED, Session
+from memstream.projections.recent_history import recent_window
 from memstream.projections.session_writes import (
     BATCH_SLOTS,
     InsertMessage,
@@ -79,6 +85,14 @@ class Store:
 
     def history(self, leaf: str | None = None, session_id: str = "s") -> list[str]:
         return [m["id"] for m in self.queries.history(NS, session_id, leaf)]
+
+    def clone(self) -> Store:
+        """An independent copy (read model and decision state) that a test may change."""
+        twin = Store()
+        self.connection.backup(twin.connection)
+        twin.sessions = copy.deepcopy(self.sessions)
+        twin.seq = self.seq
+        return twin
 
 
 @pytest.fixture
@@ -161,16 +175,19 @@ def test_chain_history_and_latest_leaf(store: Store) -> None:
     assert store.history("nope") == []
 
 
-def test_walks_longer_than_the_depth_limit_stop_at_the_same_row(store: Store) -> None:
-    # Given a chain of 10,003 messages (§1.3: paths are walked at most 10,000 rows deep)
+def test_walks_longer_than_10000_rows_are_not_cut(store: Store) -> None:
+    # Given a chain of 10,003 messages (the walk used to stop 10,000 rows up from the leaf)
     for start in range(0, 10_003, 500):
         end = min(start + 500, 10_003)
         store.do(lambda s, a=start, b=end: s.append_messages([msg(f"m{i}") for i in range(a, b)]))
-    # Then history, path length and the row stats all end at the leaf and stop 10,000 rows up
-    expected = [f"m{i}" for i in range(3, 10_003)]
+    # Then history, path length and the row stats all run from the root to the leaf: none is cut
+    expected = [f"m{i}" for i in range(10_003)]
     assert store.history() == expected
-    assert store.queries.path_length(NS, "s") == 10_000
+    assert store.queries.path_length(NS, "s") == 10_003
     assert [r["id"] for r in store.queries.row_stats(NS, "s")] == expected
+    recent = store.queries.recent_history(NS, "s", 10**12)
+    assert [m["id"] for m in recent.messages] == expected
+    assert recent.truncated is False
     # And the content walked along is each row's own message
     assert store.queries.history(NS, "s", "m9")[-1] == msg("m9")
     assert len(store.history("m9")) == 10
@@ -584,8 +601,16 @@ def test_decode_message_accepts_the_reference_shape() -> None:
 
 
 def _corrupt(store: Store, message_id: str) -> None:
+    # Damaged as if it had been stored so: the row's size, and the size of every path through
+    # it (these tests damage one chain), are 10 bytes of JSON.
+    mid, size, depth = store.connection.execute(
+        "SELECT mid, bytes, depth FROM messages WHERE id = ?", (message_id,)
+    ).fetchone()
     store.connection.execute(
-        "UPDATE messages SET content = 'not json {', bytes = 10 WHERE id = ?", (message_id,)
+        "UPDATE messages SET content = 'not json {', bytes = 10 WHERE mid = ?", (mid,)
+    )
+    store.connection.execute(
+        "UPDATE messages SET path_bytes = path_bytes + ? WHERE depth >= ?", (10 - size, depth)
     )
 
 
@@ -612,3 +637,299 @@ def test_corrupt_leaf_is_dropped_from_recent_history_but_counted(store: Store) -
     assert recent.truncated is False
     assert recent.total_content_bytes == sum(s["bytes"] for s in stats)
     assert store.queries.latest_leaf(NS, "s") is None
+
+
+# -- paths of any length (issue 10 item 8) ------------------------------------------------------
+
+LONG = 100_000
+
+
+def chain(store: Store, count: int, session_id: str = "s") -> None:
+    """Append m0..m<count-1> as one chain, in atomic batches of 500."""
+    for start in range(0, count, 500):
+        batch = [msg(f"m{i}") for i in range(start, min(start + 500, count))]
+        store.do(lambda s, b=batch: s.append_messages(b), session_id)
+
+
+@pytest.fixture(scope="module")
+def long_chain() -> Iterator[Store]:
+    """A 100,000-message chain, projected straight into SQLite (read it; clone it to change)."""
+    s = Store()
+    chain(s, LONG)
+    yield s
+    s.connection.close()
+
+
+def vm_steps(connection: sqlite3.Connection, read: Callable[[], object]) -> int:
+    """SQLite virtual-machine instructions that ``read`` runs: the work it does, not its time."""
+    steps = 0
+
+    def tick() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    connection.set_progress_handler(tick, 1)
+    try:
+        read()
+    finally:
+        connection.set_progress_handler(None, 1)
+    return steps
+
+
+def test_a_100000_message_chain_is_read_whole(long_chain: Store) -> None:
+    q = long_chain.queries
+    everything = [f"m{i}" for i in range(LONG)]
+    # Then history is every message, root to leaf, each with its own content
+    history = q.history(NS, "s")
+    assert [m["id"] for m in history] == everything
+    assert history[0] == msg("m0")
+    assert history[-1] == msg(f"m{LONG - 1}")
+    # And the path length, the row stats and a deep leaf's path agree
+    assert q.path_length(NS, "s") == LONG
+    assert q.path_length(NS, "s", "m99990") == 99_991
+    assert [r["id"] for r in q.row_stats(NS, "s")] == everything
+    assert long_chain.history("m99990") == everything[:99_991]
+    # And a recent window of everything is the whole path, untruncated
+    recent = q.recent_history(NS, "s", 10**12)
+    assert [m["id"] for m in recent.messages] == everything
+    assert recent.truncated is False
+
+
+def test_recent_history_reads_its_window_whatever_the_path_length(long_chain: Store) -> None:
+    # Given the same recent messages at the end of a 1,000- and of a 100,000-message chain
+    short = Store()
+    try:
+        chain(short, 1_000)
+        for store, count in ((short, 1_000), (long_chain, LONG)):
+            stats = store.queries.row_stats(NS, "s")
+            # When the window is 20 messages by count (no byte budget)
+            recent = store.queries.recent_history(NS, "s", 0, 20)
+            # Then it is the last 20, truncated, and the total is the whole path's bytes
+            assert [m["id"] for m in recent.messages] == [f"m{i}" for i in range(count - 20, count)]
+            assert recent.truncated is True
+            assert recent.total_content_bytes == sum(r["bytes"] for r in stats)
+            # And by bytes: a budget of exactly the last 3 rows gives 3 rows, one byte less 2
+            last3 = sum(r["bytes"] for r in stats[-3:])
+            assert len(store.queries.recent_history(NS, "s", last3).messages) == 3
+            assert len(store.queries.recent_history(NS, "s", last3 - 1).messages) == 2
+
+        # And the read does the same work on both paths: it never walks the path above its window
+        def recent(store: Store) -> Callable[[], object]:
+            return lambda: store.queries.recent_history(NS, "s", 0, 20)
+
+        short_steps = vm_steps(short.connection, recent(short))
+        long_steps = vm_steps(long_chain.connection, recent(long_chain))
+        assert long_steps <= short_steps * 1.1, (short_steps, long_steps)
+        # (the counter does measure walks: the whole history of the long path is 100x the work)
+        history_steps = vm_steps(long_chain.connection, lambda: long_chain.queries.history(NS, "s"))
+        assert history_steps > 100 * long_steps
+    finally:
+        short.connection.close()
+
+
+def test_branches_and_overlays_at_the_deep_end_of_a_100000_message_chain(
+    long_chain: Store,
+) -> None:
+    store = long_chain.clone()
+    try:
+        q = store.queries
+        # Given a branch off m99990, appended after the chain
+        store.append("b", "m99990")
+        # Then m99990 has two children in log order, and b is the latest leaf with its path
+        assert [m["id"] for m in q.branches(NS, "s", "m99990")] == ["m99991", "b"]
+        assert q.latest_leaf(NS, "s") == msg("b")
+        assert store.history() == [f"m{i}" for i in range(99_991)] + ["b"]
+        assert q.path_length(NS, "s") == 99_992
+        assert store.history(f"m{LONG - 1}") == [f"m{i}" for i in range(LONG)]
+        # When an overlay spans from m5 to m99990, deep in the path
+        store.do(lambda s: s.add_compaction("almost all of it", "m5", "m99990"))
+        (overlay,) = q.compactions(NS, "s")
+        # Then both branches read it in place of the 99,986 messages it covers
+        summary = f"compaction_{overlay.id}"
+        assert store.history() == ["m0", "m1", "m2", "m3", "m4", summary, "b"]
+        old_branch = store.history(f"m{LONG - 1}")
+        assert old_branch == ["m0", "m1", "m2", "m3", "m4", summary] + [
+            f"m{i}" for i in range(99_991, LONG)
+        ]
+        # And path lengths still count raw messages
+        assert q.path_length(NS, "s", f"m{LONG - 1}") == LONG
+        # And a recent window reaching into the overlay shows raw messages (its start is outside)
+        recent = q.recent_history(NS, "s", 0, 3)
+        assert [m["id"] for m in recent.messages] == ["m99989", "m99990", "b"]
+        # When another overlay lies inside the window, the window applies it
+        store.do(lambda s: s.add_compaction("inside", "m99989", "m99990"))
+        inside = q.compactions(NS, "s")[-1]
+        recent = q.recent_history(NS, "s", 0, 3)
+        assert [m["id"] for m in recent.messages] == [f"compaction_{inside.id}", "b"]
+        assert recent.truncated is True
+    finally:
+        store.connection.close()
+
+
+def test_update_and_delete_deep_in_a_long_chain_keep_path_totals(long_chain: Store) -> None:
+    store = long_chain.clone()
+    try:
+        q = store.queries
+        # When the root grows by 1,000 bytes and m1 is deleted
+        store.do(lambda s: s.update_message(msg("m0", "x" * 1_000)))
+        store.do(lambda s: s.delete_messages(["m1"]))
+        # Then the latest path starts at m2 (its parent is gone), and its length and total bytes
+        # (read from the leaf alone) equal those of the rows walked
+        stats = q.row_stats(NS, "s")
+        assert stats[0]["id"] == "m2"
+        assert len(stats) == q.path_length(NS, "s") == LONG - 2
+        recent = q.recent_history(NS, "s", 0)
+        assert recent.total_content_bytes == sum(r["bytes"] for r in stats)
+        # And m0 is a path of its own, with its new size
+        assert q.path_length(NS, "s", "m0") == 1
+    finally:
+        store.connection.close()
+
+
+def test_walks_end_on_a_damaged_read_model_whose_links_form_a_loop(store: Store) -> None:
+    # Given m0..m4, then damaged out of band: the root links to the leaf (the domain refuses
+    # loops, so only damage makes one)
+    chain(store, 5)
+    store.connection.execute(
+        "UPDATE messages SET parent_id = 'm4', "
+        "parent_mid = (SELECT mid FROM messages WHERE id = 'm4') WHERE id = 'm0'"
+    )
+    q = store.queries
+    # Then every walk ends, after at most the session's 5 messages
+    assert store.history() == ["m0", "m1", "m2", "m3", "m4"]
+    assert len(q.row_stats(NS, "s")) == 5
+    recent = q.recent_history(NS, "s", 10**9, 10**6)
+    assert [m["id"] for m in recent.messages] == ["m0", "m1", "m2", "m3", "m4"]
+    assert len(q.path_messages_containing(NS, "s", "user", "text")) == 5
+    # And so do writes that move the aggregates of a subtree around the loop
+    store.do(lambda s: s.update_message(msg("m2", "longer text than before")))
+    store.do(lambda s: s.delete_messages(["m3"]))
+    assert store.history() == ["m4"]
+
+
+def test_version_7_gives_existing_messages_their_path_totals_and_sessions_their_counts() -> None:
+    # Given a version-6 database (before path totals) with a branch and an orphan (its parent
+    # deleted)
+    connection = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(connection, target=6)
+    connection.execute(
+        "INSERT INTO session_keys (sid, namespace, session_id) VALUES (1, 'ns', 's')"
+    )
+    rows = [("r", None, 10), ("a", "r", 20), ("b", "r", 30), ("c", "b", 40), ("o", "gone", 50)]
+    for position, (message_id, parent_id, size) in enumerate(rows):
+        connection.execute(
+            "INSERT INTO messages (sid, id, parent_id, parent_mid, role, content, bytes, "
+            "position, created_at) VALUES (1, ?, ?, "
+            "(SELECT mid FROM messages WHERE sid = 1 AND id = ?), 'user', ?, ?, ?, '')",
+            (message_id, parent_id, parent_id, json.dumps(msg(message_id)), size, position),
+        )
+    # When it is migrated to the current version
+    migrate(connection)
+    # Then each message has its depth and the bytes of its path, and the session its count
+    totals = {
+        r[0]: (r[1], r[2]) for r in connection.execute("SELECT id, depth, path_bytes FROM messages")
+    }
+    assert totals == {"r": (0, 10), "a": (1, 30), "b": (1, 40), "c": (2, 80), "o": (0, 50)}
+    assert connection.execute("SELECT messages FROM session_keys").fetchone()[0] == 5
+    queries = SqliteSessionQueries(connection)
+    assert queries.path_length("ns", "s", "c") == 3
+    assert [m["id"] for m in queries.history("ns", "s", "c")] == ["r", "b", "c"]
+
+
+def _walked(connection: sqlite3.Connection, mid: int) -> tuple[int, int]:
+    """(rows, bytes) of the path from row ``mid`` to its root, walked in Python."""
+    rows = size = 0
+    current: int | None = mid
+    while current is not None:
+        parent, row_bytes = connection.execute(
+            "SELECT parent_mid, bytes FROM messages WHERE mid = ?", (current,)
+        ).fetchone()
+        rows, size, current = rows + 1, size + row_bytes, parent
+    return rows, size
+
+
+IDS = [f"m{i}" for i in range(8)]
+tree_commands = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("append"),
+            st.sampled_from(IDS),
+            st.one_of(st.just("omit"), st.none(), st.sampled_from(IDS)),
+            st.integers(0, 300),
+        ),
+        st.tuples(st.just("update"), st.sampled_from(IDS), st.integers(0, 300)),
+        st.tuples(st.just("delete"), st.lists(st.sampled_from(IDS), max_size=3)),
+        st.tuples(st.just("clear")),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(program=tree_commands)
+def test_path_totals_equal_the_walked_paths_after_any_commands(
+    program: list[tuple[Any, ...]],
+) -> None:
+    store = Store()
+    try:
+        # Given any appends (new roots, branches, re-appends that adopt orphans), updates that
+        # change sizes, deletes of tips and interiors, and clears
+        for command in program:
+            kind = command[0]
+            decide: Callable[[Session], Sequence[Session.Event]]
+            if kind == "append":
+                _, message_id, parent, size = command
+                message = msg(message_id, "x" * size)
+                target = OMITTED if parent == "omit" else parent
+                decide = lambda s, m=message, t=target: s.append_message(m, t)  # noqa: E731
+            elif kind == "update":
+                message = msg(command[1], "y" * command[2])
+                decide = lambda s, m=message: s.update_message(m)  # noqa: E731
+            elif kind == "delete":
+                decide = lambda s, d=command[1]: s.delete_messages(d)  # noqa: E731
+            else:
+                decide = lambda s: s.clear_messages()  # noqa: E731
+            # A command the domain refuses writes nothing.
+            with contextlib.suppress(MessageNotFoundError, InvalidInputError):
+                store.do(decide)
+        # Then every row's depth and path bytes are those of its walked path
+        rows = store.connection.execute("SELECT mid, id, depth, path_bytes FROM messages")
+        for mid, message_id, depth, path_bytes in rows.fetchall():
+            assert (depth + 1, path_bytes) == _walked(store.connection, mid), message_id
+            assert store.queries.path_length(NS, "s", message_id) == depth + 1
+        # And the session counts its messages, and recent history totals the active path
+        count = store.connection.execute("SELECT count(*) FROM messages").fetchone()[0]
+        counted = store.connection.execute("SELECT coalesce(sum(messages), 0) FROM session_keys")
+        assert counted.fetchone()[0] == count
+        stats = store.queries.row_stats(NS, "s")
+        recent = store.queries.recent_history(NS, "s", 0)
+        assert recent.total_content_bytes == sum(r["bytes"] for r in stats)
+        assert recent.truncated is (len(stats) > 1)
+    finally:
+        store.connection.close()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 300), min_size=1, max_size=25),
+    budget=st.integers(0, 6_000),
+    minimum=st.one_of(st.integers(-2, 30), st.floats(-2, 30)),
+)
+def test_the_walked_recent_window_is_the_window_of_spec_3_10(
+    sizes: list[int], budget: int, minimum: float
+) -> None:
+    # Given a chain of messages of random sizes
+    store = Store()
+    try:
+        for i, size in enumerate(sizes):
+            store.append(f"m{i}", text="x" * size)
+        stats = [r["bytes"] for r in store.queries.row_stats(NS, "s")]
+        # When a recent window is read, Then it is the suffix the spec's rule selects
+        start = recent_window(stats, budget, minimum)
+        recent = store.queries.recent_history(NS, "s", budget, minimum)
+        assert [m["id"] for m in recent.messages] == [f"m{i}" for i in range(start, len(sizes))]
+        assert recent.truncated is (start > 0)
+        assert recent.total_content_bytes == sum(stats)
+    finally:
+        store.connection.close()
