@@ -21,6 +21,7 @@ from memstream.domain.session import Session as SessionAggregate
 from memstream.projections.sqlite.context_queries import SqliteContextQueries
 from memstream.projections.sqlite.database import open_database, tracked_seq
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
+from memstream.projections.sqlite.session_snapshots import SqliteSessionSnapshots
 from memstream.session import Session
 from memstream.settings import Settings
 from memstream.workers.aggregate_store import AggregateStore
@@ -57,7 +58,13 @@ class Memstream:
         self.database = connection
         self.session_queries = SqliteSessionQueries(connection)
         self.context_queries = SqliteContextQueries(connection)
-        self.sessions = AggregateStore(log, self._empty_session)
+        # Sessions are restored from the sessions read model (plus the events after it), never
+        # replayed from their first event: see SqliteSessionSnapshots.
+        self.sessions = AggregateStore(
+            log,
+            self._empty_session,
+            snapshots=SqliteSessionSnapshots(connection, self.namespace),
+        )
         self.blocks = AggregateStore(log, lambda key: ContextDocument.empty(self.namespace, key))
         self.search_indexes = AggregateStore(
             log, lambda key: SearchIndex.empty(self.namespace, key)

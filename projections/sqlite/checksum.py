@@ -41,6 +41,11 @@ _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
             "JOIN session_keys AS k ON k.sid = c.sid "
             "ORDER BY k.namespace, k.session_id, c.position",
         ),
+        (
+            "session decision state",
+            "SELECT namespace, session_id, last_seq, version, frozen_prompt, loaded_skills "
+            "FROM session_state ORDER BY namespace, session_id",
+        ),
     ),
     "context": (
         (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from memstream.domain.errors import UnavailableError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -132,11 +132,33 @@ _MIGRATIONS: dict[int, str] = {
         SELECT p.mid FROM messages AS p WHERE p.sid = messages.sid AND p.id = messages.parent_id
     ) WHERE parent_id IS NOT NULL;
     """,
+    # Each session's decision state, kept by the sessions projection in the same transaction as
+    # its messages: the stream sequence and aggregate version of its last event, its frozen
+    # prompt and loaded skills. A writer restores a session from it plus the events after it
+    # instead of replaying the session's subject. Sessions projected before have no such row,
+    # so the sessions projection is emptied here and projected again from the log.
+    5: """
+    CREATE TABLE session_state (
+        namespace TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        last_seq INTEGER NOT NULL,
+        version INTEGER NOT NULL,
+        frozen_prompt TEXT,
+        loaded_skills TEXT NOT NULL DEFAULT '[]',
+        PRIMARY KEY (namespace, session_id)
+    ) WITHOUT ROWID;
+    DELETE FROM messages_fts;
+    DELETE FROM messages;
+    DELETE FROM compactions;
+    DELETE FROM session_keys;
+    DELETE FROM dead_letters WHERE projection = 'sessions';
+    DELETE FROM tracking WHERE projection = 'sessions';
+    """,
 }
 
 # Tables each projection owns: dropped and rebuilt together by ``projections rebuild``.
 PROJECTION_TABLES: dict[str, tuple[str, ...]] = {
-    "sessions": ("session_keys", "messages", "messages_fts", "compactions"),
+    "sessions": ("session_keys", "messages", "messages_fts", "compactions", "session_state"),
     "context": (
         "context_blocks",
         "cached_prompts",

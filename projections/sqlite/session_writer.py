@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable
 
@@ -10,6 +11,9 @@ from memstream.projections.session_writes import (
     DeleteMessages,
     InsertCompaction,
     InsertMessage,
+    RecordPosition,
+    RecordPrompt,
+    RecordSkill,
     SessionWrite,
     UpdateMessage,
 )
@@ -32,6 +36,9 @@ def session_key(connection: sqlite3.Connection, namespace: str, session_id: str)
 def apply_session_writes(connection: sqlite3.Connection, writes: Iterable[SessionWrite]) -> None:
     """Apply writes inside the caller's transaction."""
     for write in writes:
+        if isinstance(write, RecordPosition | RecordPrompt | RecordSkill):
+            _record_state(connection, write)
+            continue
         sid = session_key(connection, write.namespace, write.session_id)
         if isinstance(write, InsertMessage):
             _insert(connection, sid, write)
@@ -47,6 +54,12 @@ def apply_session_writes(connection: sqlite3.Connection, writes: Iterable[Sessio
             )
             connection.execute("DELETE FROM messages WHERE sid = ?", (sid,))
             connection.execute("DELETE FROM compactions WHERE sid = ?", (sid,))
+            # A clear also unloads the session's skills (its frozen prompt stays).
+            connection.execute(
+                "UPDATE session_state SET loaded_skills = '[]' "
+                "WHERE namespace = ? AND session_id = ?",
+                (write.namespace, write.session_id),
+            )
         elif isinstance(write, InsertCompaction):
             connection.execute(
                 "INSERT INTO compactions (sid, id, summary, from_message_id, to_message_id, "
@@ -139,4 +152,37 @@ def _delete(connection: sqlite3.Connection, sid: int, message_id: str) -> None:
         connection.execute(
             "UPDATE messages SET child_count = child_count - 1 WHERE sid = ? AND id = ?",
             (sid, parent_id),
+        )
+
+
+def _record_state(
+    connection: sqlite3.Connection, write: RecordPosition | RecordPrompt | RecordSkill
+) -> None:
+    """The session's decision-state row (its position comes first in an event's writes)."""
+    key = (write.namespace, write.session_id)
+    if isinstance(write, RecordPosition):
+        connection.execute(
+            "INSERT INTO session_state (namespace, session_id, last_seq, version) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT (namespace, session_id) DO UPDATE SET "
+            "last_seq = excluded.last_seq, version = excluded.version",
+            (*key, write.seq, write.version),
+        )
+    elif isinstance(write, RecordPrompt):
+        connection.execute(
+            "UPDATE session_state SET frozen_prompt = ? WHERE namespace = ? AND session_id = ?",
+            (write.prompt, *key),
+        )
+    else:
+        row = connection.execute(
+            "SELECT loaded_skills FROM session_state WHERE namespace = ? AND session_id = ?", key
+        ).fetchone()
+        skills: list[str] = json.loads(row[0]) if row else []
+        # As the aggregate's dict: a skill keeps its place when loaded again.
+        if write.loaded and write.skill not in skills:
+            skills.append(write.skill)
+        elif not write.loaded and write.skill in skills:
+            skills.remove(write.skill)
+        connection.execute(
+            "UPDATE session_state SET loaded_skills = ? WHERE namespace = ? AND session_id = ?",
+            (json.dumps(skills), *key),
         )

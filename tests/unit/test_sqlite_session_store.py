@@ -109,8 +109,8 @@ def test_version_4_links_existing_messages_to_their_parent_rows() -> None:
             "VALUES (1, ?, ?, 'user', ?, 0, ?, '')",
             (message_id, parent_id, json.dumps(msg(message_id)), position),
         )
-    # When it is migrated to the current version
-    migrate(connection)
+    # When it is migrated to version 4
+    migrate(connection, target=4)
     # Then each message links to its parent's row, and paths read as before
     links = dict(
         connection.execute(
@@ -121,6 +121,28 @@ def test_version_4_links_existing_messages_to_their_parent_rows() -> None:
     queries = SqliteSessionQueries(connection)
     assert [m["id"] for m in queries.history("ns", "s", "c")] == ["r", "b", "c"]
     assert [m["id"] for m in queries.history("ns", "s", "o")] == ["o"]
+
+
+def test_version_5_empties_the_sessions_projection_so_it_is_projected_again() -> None:
+    # Given a version-4 database whose sessions and context projections are at sequence 7
+    connection = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(connection, target=4)
+    connection.execute(
+        "INSERT INTO session_keys (sid, namespace, session_id) VALUES (1, 'ns', 's')"
+    )
+    connection.execute(
+        "INSERT INTO messages (sid, id, parent_id, role, content, bytes, position, created_at) "
+        "VALUES (1, 'm1', NULL, 'user', '{}', 2, 7168, '')"
+    )
+    connection.execute("INSERT INTO tracking VALUES ('sessions', 7), ('context', 7)")
+    # When it is migrated to version 5
+    migrate(connection, target=5)
+    # Then its sessions have a decision-state table, and the sessions projection starts over
+    # (rows projected before have no state row), while the context projection is kept
+    assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
+    assert connection.execute("SELECT count(*) FROM session_keys").fetchone()[0] == 0
+    assert connection.execute("SELECT count(*) FROM session_state").fetchone()[0] == 0
+    assert connection.execute("SELECT * FROM tracking").fetchall() == [("context", 7)]
 
 
 def test_migrate_is_idempotent(store: Store) -> None:

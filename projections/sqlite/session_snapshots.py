@@ -1,0 +1,128 @@
+"""Sessions restored from the SQLite read model: the snapshot a writer decides commands on.
+
+The sessions projection keeps, in the same transaction as a session's messages, the stream
+sequence and version of the session's last event, its frozen prompt and loaded skills
+(``session_state``). A session restored from them looks its messages up lazily, row by row, so a
+command on a 100,000-message session reads the handful of rows it needs. Every read happens
+inside :meth:`SqliteSessionSnapshots.reading` (one read transaction), so the rows and the
+recorded position belong to the same moment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from memstream.domain.message_index import NO_MESSAGES, StoredMessages
+from memstream.domain.session import Session
+
+
+class SqliteStoredMessages:
+    """One session's message rows (:class:`StoredMessages` over the ``messages`` table)."""
+
+    __slots__ = ("connection", "sid")
+
+    def __init__(self, connection: sqlite3.Connection, sid: int) -> None:
+        self.connection = connection
+        self.sid = sid
+
+    def find(self, message_id: str) -> tuple[str | None, int] | None:
+        row = self.connection.execute(
+            "SELECT parent_id, position FROM messages WHERE sid = ? AND id = ?",
+            (self.sid, message_id),
+        ).fetchone()
+        return None if row is None else (row[0], int(row[1]))
+
+    def child_count(self, message_id: str) -> int:
+        # A stored message carries its count; an id that is not stored (deleted, with orphans
+        # still pointing at it) is counted on the children index.
+        row = self.connection.execute(
+            "SELECT coalesce((SELECT child_count FROM messages WHERE sid = ?1 AND id = ?2), "
+            "(SELECT count(*) FROM messages WHERE sid = ?1 AND parent_id = ?2))",
+            (self.sid, message_id),
+        ).fetchone()
+        return int(row[0])
+
+    def leaves(self, below: int | None, limit: int) -> Sequence[tuple[str, int]]:
+        rows = self.connection.execute(
+            "SELECT id, position FROM messages WHERE sid = ? AND child_count = 0 "
+            "AND position < ? ORDER BY position DESC LIMIT ?",
+            (self.sid, 2**63 - 1 if below is None else below, limit),
+        ).fetchall()
+        return [(str(r[0]), int(r[1])) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSnapshot:
+    """A session as the read model holds it: at stream sequence ``seq`` (0: no event yet)."""
+
+    namespace: str
+    session_id: str
+    seq: int
+    version: int
+    frozen_prompt: str | None
+    loaded_skills: tuple[str, ...]
+    messages: StoredMessages
+
+    def restore(self) -> Session:
+        """The Session aggregate as of :attr:`seq` (valid inside the reading it came from, and
+        in later readings while the session's recorded position stays the same)."""
+        return Session.restore(
+            self.namespace,
+            self.session_id,
+            version=self.version,
+            messages=self.messages,
+            frozen_prompt=self.frozen_prompt,
+            loaded_skills=self.loaded_skills,
+        )
+
+    def rebind(self, session: Session) -> None:
+        """Point a session restored earlier at this reading's rows (same content at the same
+        position, but a rebuilt read model numbers its rows anew)."""
+        session.messages.rebind(self.messages)
+
+
+class SqliteSessionSnapshots:
+    """Snapshots of a namespace's sessions from the sessions read model."""
+
+    def __init__(self, connection: sqlite3.Connection, namespace: str) -> None:
+        self.connection = connection
+        self.namespace = namespace
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """One read transaction (a consistent view) for a snapshot and the lookups after it."""
+        if self.connection.in_transaction:  # already inside the caller's transaction
+            yield
+            return
+        self.connection.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.connection.execute("COMMIT")
+
+    def snapshot(self, session_id: str) -> SessionSnapshot:
+        """The session as of the read model's last event of it (seq 0 if it has none)."""
+        row = self.connection.execute(
+            "SELECT s.last_seq, s.version, s.frozen_prompt, s.loaded_skills, k.sid "
+            "FROM session_state AS s LEFT JOIN session_keys AS k "
+            "ON k.namespace = s.namespace AND k.session_id = s.session_id "
+            "WHERE s.namespace = ? AND s.session_id = ?",
+            (self.namespace, session_id),
+        ).fetchone()
+        if row is None:
+            return SessionSnapshot(self.namespace, session_id, 0, 0, None, (), NO_MESSAGES)
+        seq, version, prompt, skills, sid = row
+        messages = NO_MESSAGES if sid is None else SqliteStoredMessages(self.connection, sid)
+        return SessionSnapshot(
+            self.namespace,
+            session_id,
+            int(seq),
+            int(version),
+            prompt,
+            tuple(json.loads(skills)),
+            messages,
+        )
