@@ -36,6 +36,7 @@ BENCHMARKS = (
     "growth",
     "cold_start",
     "context",
+    "many_sessions",
 )
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
