@@ -123,7 +123,7 @@ def test_version_4_links_existing_messages_to_their_parent_rows() -> None:
     assert [m["id"] for m in queries.history("ns", "s", "o")] == ["o"]
 
 
-def test_version_5_empties_the_sessions_projection_so_it_is_projected_again() -> None:
+def test_the_session_state_migration_projects_the_sessions_again() -> None:
     # Given a version-4 database whose sessions and context projections are at sequence 7
     connection = sqlite3.connect(":memory:", isolation_level=None)
     migrate(connection, target=4)
@@ -135,8 +135,8 @@ def test_version_5_empties_the_sessions_projection_so_it_is_projected_again() ->
         "VALUES (1, 'm1', NULL, 'user', '{}', 2, 7168, '')"
     )
     connection.execute("INSERT INTO tracking VALUES ('sessions', 7), ('context', 7)")
-    # When it is migrated to version 5
-    migrate(connection, target=5)
+    # When it is migrated to the current version
+    migrate(connection)
     # Then its sessions have a decision-state table, and the sessions projection starts over
     # (rows projected before have no state row), while the context projection is kept
     assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
