@@ -68,7 +68,16 @@ class MessageIndex:
     re-appended id counts as new.
     """
 
-    __slots__ = ("_added", "_base", "_cleared", "_counts", "_latest", "_parents")
+    __slots__ = (
+        "_added",
+        "_base",
+        "_cleared",
+        "_counts",
+        "_latest",
+        "_parents",
+        "_stored",
+        "_stored_counts",
+    )
 
     def __init__(self, base: StoredMessages = NO_MESSAGES) -> None:
         self._base = base
@@ -81,6 +90,11 @@ class MessageIndex:
         # whether the overlay cleared the session (the base then no longer counts)
         self._cleared = False
         self._latest: str | _Marker | None = _UNKNOWN
+        # The base's answers so far. They hold for as long as the overlay does: an id the overlay
+        # has not touched is the same at every base position the overlay is valid on, and a
+        # touched one is answered by the overlay first.
+        self._stored: dict[str, tuple[str | None, int] | None] = {}
+        self._stored_counts: dict[str, int] = {}
 
     # -- lookups -------------------------------------------------------------------------------
 
@@ -98,7 +112,12 @@ class MessageIndex:
         count = self._counts.get(message_id)
         if count is not None:
             return count
-        return 0 if self._cleared else self._base.child_count(message_id)
+        if self._cleared:
+            return 0
+        count = self._stored_counts.get(message_id)
+        if count is None:
+            count = self._stored_counts[message_id] = self._base.child_count(message_id)
+        return count
 
     @property
     def latest_leaf(self) -> str | None:
@@ -129,8 +148,15 @@ class MessageIndex:
             return (parent,)
         if self._cleared:
             return None
-        stored = self._base.find(message_id)
+        stored = self._stored_find(message_id)
         return None if stored is None else (stored[0],)
+
+    def _stored_find(self, message_id: str) -> tuple[str | None, int] | None:
+        try:
+            return self._stored[message_id]
+        except KeyError:
+            stored = self._stored[message_id] = self._base.find(message_id)
+            return stored
 
     def _find_latest_leaf(self) -> str | None:
         for message_id in reversed(self._added):
@@ -143,7 +169,7 @@ class MessageIndex:
         best: tuple[int, str] | None = None
         for message_id, count in self._counts.items():
             if count == 0 and message_id not in self._parents:
-                stored = self._base.find(message_id)
+                stored = self._stored_find(message_id)
                 if stored is not None and (best is None or stored[1] > best[0]):
                     best = (stored[1], message_id)
         below: int | None = None

@@ -10,10 +10,9 @@ recorded position belong to the same moment.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memstream.domain.message_index import NO_MESSAGES, StoredMessages
@@ -92,17 +91,9 @@ class SqliteSessionSnapshots:
         self.connection = connection
         self.namespace = namespace
 
-    @contextlib.contextmanager
-    def reading(self) -> Iterator[None]:
+    def reading(self) -> _Reading:
         """One read transaction (a consistent view) for a snapshot and the lookups after it."""
-        if self.connection.in_transaction:  # already inside the caller's transaction
-            yield
-            return
-        self.connection.execute("BEGIN")
-        try:
-            yield
-        finally:
-            self.connection.execute("COMMIT")
+        return _Reading(self.connection)
 
     def snapshot(self, session_id: str) -> SessionSnapshot:
         """The session as of the read model's last event of it (seq 0 if it has none)."""
@@ -117,12 +108,27 @@ class SqliteSessionSnapshots:
             return SessionSnapshot(self.namespace, session_id, 0, 0, None, (), NO_MESSAGES)
         seq, version, prompt, skills, sid = row
         messages = NO_MESSAGES if sid is None else SqliteStoredMessages(self.connection, sid)
+        loaded = () if skills == "[]" else tuple(json.loads(skills))
         return SessionSnapshot(
-            self.namespace,
-            session_id,
-            int(seq),
-            int(version),
-            prompt,
-            tuple(json.loads(skills)),
-            messages,
+            self.namespace, session_id, int(seq), int(version), prompt, loaded, messages
         )
+
+
+class _Reading:
+    """A read transaction on a connection (nothing new when the caller has one open)."""
+
+    __slots__ = ("connection", "opened")
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.connection = connection
+        self.opened = False
+
+    def __enter__(self) -> None:
+        if not self.connection.in_transaction:
+            self.connection.execute("BEGIN")
+            self.opened = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.opened:
+            self.opened = False
+            self.connection.execute("COMMIT")
