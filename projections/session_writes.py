@@ -127,7 +127,7 @@ def project_session_event(namespace: str, seq: int, event: object) -> list[Sessi
     if not isinstance(event, Session.Event):
         return []
     position = RecordPosition(namespace, event.session_id, seq, event.originator_version)
-    return [position, *_writes(namespace, seq, event)]
+    return [*_writes(namespace, seq, event), position]
 
 
 def _writes(namespace: str, seq: int, event: Session.Event) -> list[SessionWrite]:

@@ -43,8 +43,9 @@ _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
         ),
         (
             "session decision state",
-            "SELECT namespace, session_id, last_seq, version, frozen_prompt, loaded_skills "
-            "FROM session_state ORDER BY namespace, session_id",
+            "SELECT s.namespace, s.session_id, s.last_seq, s.version, s.frozen_prompt, "
+            "s.loaded_skills, k.session_id FROM session_state AS s "
+            "LEFT JOIN session_keys AS k ON k.sid = s.sid ORDER BY s.namespace, s.session_id",
         ),
     ),
     "context": (

@@ -145,6 +145,7 @@ _MIGRATIONS: dict[int, str] = {
         version INTEGER NOT NULL,
         frozen_prompt TEXT,
         loaded_skills TEXT NOT NULL DEFAULT '[]',
+        sid INTEGER,
         PRIMARY KEY (namespace, session_id)
     ) WITHOUT ROWID;
     DELETE FROM messages_fts;

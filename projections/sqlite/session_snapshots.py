@@ -98,10 +98,8 @@ class SqliteSessionSnapshots:
     def snapshot(self, session_id: str) -> SessionSnapshot:
         """The session as of the read model's last event of it (seq 0 if it has none)."""
         row = self.connection.execute(
-            "SELECT s.last_seq, s.version, s.frozen_prompt, s.loaded_skills, k.sid "
-            "FROM session_state AS s LEFT JOIN session_keys AS k "
-            "ON k.namespace = s.namespace AND k.session_id = s.session_id "
-            "WHERE s.namespace = ? AND s.session_id = ?",
+            "SELECT last_seq, version, frozen_prompt, loaded_skills, sid FROM session_state "
+            "WHERE namespace = ? AND session_id = ?",
             (self.namespace, session_id),
         ).fetchone()
         if row is None:

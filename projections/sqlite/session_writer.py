@@ -158,31 +158,42 @@ def _delete(connection: sqlite3.Connection, sid: int, message_id: str) -> None:
 def _record_state(
     connection: sqlite3.Connection, write: RecordPosition | RecordPrompt | RecordSkill
 ) -> None:
-    """The session's decision-state row (its position comes first in an event's writes)."""
+    """The session's decision-state row. Its position comes last in an event's writes and
+    carries the session's key (``sid``, once it has had messages), so that restoring a session
+    reads one row."""
     key = (write.namespace, write.session_id)
     if isinstance(write, RecordPosition):
         connection.execute(
-            "INSERT INTO session_state (namespace, session_id, last_seq, version) "
-            "VALUES (?, ?, ?, ?) ON CONFLICT (namespace, session_id) DO UPDATE SET "
-            "last_seq = excluded.last_seq, version = excluded.version",
+            "INSERT INTO session_state (namespace, session_id, last_seq, version, sid) "
+            "VALUES (?1, ?2, ?3, ?4, "
+            "(SELECT sid FROM session_keys WHERE namespace = ?1 AND session_id = ?2)) "
+            "ON CONFLICT (namespace, session_id) DO UPDATE SET "
+            "last_seq = excluded.last_seq, version = excluded.version, sid = excluded.sid",
             (*key, write.seq, write.version),
         )
-    elif isinstance(write, RecordPrompt):
+        return
+    # The event's position follows in the same transaction; until then the row may be new.
+    connection.execute(
+        "INSERT OR IGNORE INTO session_state (namespace, session_id, last_seq, version) "
+        "VALUES (?, ?, 0, 0)",
+        key,
+    )
+    if isinstance(write, RecordPrompt):
         connection.execute(
             "UPDATE session_state SET frozen_prompt = ? WHERE namespace = ? AND session_id = ?",
             (write.prompt, *key),
         )
-    else:
-        row = connection.execute(
-            "SELECT loaded_skills FROM session_state WHERE namespace = ? AND session_id = ?", key
-        ).fetchone()
-        skills: list[str] = json.loads(row[0]) if row else []
-        # As the aggregate's dict: a skill keeps its place when loaded again.
-        if write.loaded and write.skill not in skills:
-            skills.append(write.skill)
-        elif not write.loaded and write.skill in skills:
-            skills.remove(write.skill)
-        connection.execute(
-            "UPDATE session_state SET loaded_skills = ? WHERE namespace = ? AND session_id = ?",
-            (json.dumps(skills), *key),
-        )
+        return
+    row = connection.execute(
+        "SELECT loaded_skills FROM session_state WHERE namespace = ? AND session_id = ?", key
+    ).fetchone()
+    skills: list[str] = json.loads(row[0])
+    # As the aggregate's dict: a skill keeps its place when loaded again.
+    if write.loaded and write.skill not in skills:
+        skills.append(write.skill)
+    elif not write.loaded and write.skill in skills:
+        skills.remove(write.skill)
+    connection.execute(
+        "UPDATE session_state SET loaded_skills = ? WHERE namespace = ? AND session_id = ?",
+        (json.dumps(skills), *key),
+    )
