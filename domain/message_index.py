@@ -21,11 +21,9 @@ from typing import Final, Protocol
 class StoredMessages(Protocol):
     """A session's messages as stored at one position (read lazily, one lookup at a time)."""
 
-    def find(self, message_id: str) -> tuple[str | None, int] | None:
-        """``(parent id, position)`` of a stored message; ``None`` if it is not stored."""
-
-    def child_count(self, message_id: str) -> int:
-        """How many stored messages have ``message_id`` as parent (stored itself or not)."""
+    def probe(self, message_id: str) -> tuple[tuple[str | None, int] | None, int]:
+        """``(parent id, position)`` of a stored message (``None`` if it is not stored), and how
+        many stored messages have ``message_id`` as parent (stored itself or not)."""
 
     def leaves(self, below: int | None, limit: int) -> Sequence[tuple[str, int]]:
         """Up to ``limit`` childless stored messages with a position below ``below`` (``None``:
@@ -35,11 +33,8 @@ class StoredMessages(Protocol):
 class NoMessages:
     """The empty base: what a session holds before its first event."""
 
-    def find(self, message_id: str) -> tuple[str | None, int] | None:
-        return None
-
-    def child_count(self, message_id: str) -> int:
-        return 0
+    def probe(self, message_id: str) -> tuple[tuple[str | None, int] | None, int]:
+        return None, 0
 
     def leaves(self, below: int | None, limit: int) -> Sequence[tuple[str, int]]:
         return ()
@@ -76,7 +71,6 @@ class MessageIndex:
         "_latest",
         "_parents",
         "_stored",
-        "_stored_counts",
     )
 
     def __init__(self, base: StoredMessages = NO_MESSAGES) -> None:
@@ -93,8 +87,7 @@ class MessageIndex:
         # The base's answers so far. They hold for as long as the overlay does: an id the overlay
         # has not touched is the same at every base position the overlay is valid on, and a
         # touched one is answered by the overlay first.
-        self._stored: dict[str, tuple[str | None, int] | None] = {}
-        self._stored_counts: dict[str, int] = {}
+        self._stored: dict[str, tuple[tuple[str | None, int] | None, int]] = {}
 
     # -- lookups -------------------------------------------------------------------------------
 
@@ -114,10 +107,7 @@ class MessageIndex:
             return count
         if self._cleared:
             return 0
-        count = self._stored_counts.get(message_id)
-        if count is None:
-            count = self._stored_counts[message_id] = self._base.child_count(message_id)
-        return count
+        return self._probe(message_id)[1]
 
     @property
     def latest_leaf(self) -> str | None:
@@ -148,15 +138,15 @@ class MessageIndex:
             return (parent,)
         if self._cleared:
             return None
-        stored = self._stored_find(message_id)
+        stored = self._probe(message_id)[0]
         return None if stored is None else (stored[0],)
 
-    def _stored_find(self, message_id: str) -> tuple[str | None, int] | None:
+    def _probe(self, message_id: str) -> tuple[tuple[str | None, int] | None, int]:
         try:
             return self._stored[message_id]
         except KeyError:
-            stored = self._stored[message_id] = self._base.find(message_id)
-            return stored
+            probed = self._stored[message_id] = self._base.probe(message_id)
+            return probed
 
     def _find_latest_leaf(self) -> str | None:
         for message_id in reversed(self._added):
@@ -169,7 +159,7 @@ class MessageIndex:
         best: tuple[int, str] | None = None
         for message_id, count in self._counts.items():
             if count == 0 and message_id not in self._parents:
-                stored = self._stored_find(message_id)
+                stored = self._probe(message_id)[0]
                 if stored is not None and (best is None or stored[1] > best[0]):
                     best = (stored[1], message_id)
         below: int | None = None

@@ -28,22 +28,16 @@ class SqliteStoredMessages:
         self.connection = connection
         self.sid = sid
 
-    def find(self, message_id: str) -> tuple[str | None, int] | None:
-        row = self.connection.execute(
-            "SELECT parent_id, position FROM messages WHERE sid = ? AND id = ?",
+    def probe(self, message_id: str) -> tuple[tuple[str | None, int] | None, int]:
+        # One statement: a stored message carries its children count; an id that is not stored
+        # (deleted, with orphans still pointing at it) is counted on the children index.
+        parent_id, position, count = self.connection.execute(
+            "SELECT m.parent_id, m.position, coalesce(m.child_count, "
+            "(SELECT count(*) FROM messages WHERE sid = ?1 AND parent_id = ?2)) "
+            "FROM (SELECT 1) LEFT JOIN messages AS m ON m.sid = ?1 AND m.id = ?2",
             (self.sid, message_id),
         ).fetchone()
-        return None if row is None else (row[0], int(row[1]))
-
-    def child_count(self, message_id: str) -> int:
-        # A stored message carries its count; an id that is not stored (deleted, with orphans
-        # still pointing at it) is counted on the children index.
-        row = self.connection.execute(
-            "SELECT coalesce((SELECT child_count FROM messages WHERE sid = ?1 AND id = ?2), "
-            "(SELECT count(*) FROM messages WHERE sid = ?1 AND parent_id = ?2))",
-            (self.sid, message_id),
-        ).fetchone()
-        return int(row[0])
+        return (None if position is None else (parent_id, int(position))), int(count)
 
     def leaves(self, below: int | None, limit: int) -> Sequence[tuple[str, int]]:
         rows = self.connection.execute(
