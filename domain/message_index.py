@@ -18,6 +18,11 @@ from collections.abc import Sequence
 from typing import Final, Protocol
 
 
+class StoredMessagesMoved(Exception):
+    """The stored messages are no longer at a position the lookup may use (the read model moved
+    on or was rebuilt): decide again on a fresh snapshot."""
+
+
 class StoredMessages(Protocol):
     """A session's messages as stored at one position (read lazily, one lookup at a time)."""
 
@@ -214,4 +219,4 @@ class MessageIndex:
         self._latest = None
 
 
-__all__ = ["NO_MESSAGES", "MessageIndex", "NoMessages", "StoredMessages"]
+__all__ = ["NO_MESSAGES", "MessageIndex", "NoMessages", "StoredMessages", "StoredMessagesMoved"]

@@ -31,6 +31,7 @@ from typing import Generic, Protocol, TypeVar
 from eventsourcing.domain import Aggregate
 
 from memstream.domain.errors import ConcurrencyError, MemstreamError
+from memstream.domain.message_index import StoredMessagesMoved
 from memstream.workers.codec import CommandMeta, decode_event, encode_event
 from memstream.workers.event_log import (
     ExpectedSequenceMismatch,
@@ -46,6 +47,9 @@ T = TypeVar("T")
 # wait for several of their bursts; measured up to ~4 s with 8 writers on one session here).
 RETRY_SECONDS = 15.0
 CACHE_SIZE = 256
+# Decisions on a kept aggregate between two readings of its snapshot: in between, lookups check
+# the snapshot's position themselves (one statement each, no read transaction).
+GUARDED_DECISIONS = 32
 
 
 class Log(Protocol):
@@ -84,6 +88,11 @@ class SnapshotSource(Protocol[A]):
     def snapshot(self, key: str) -> Snapshot[A]:
         """The snapshot of aggregate ``key`` (inside :meth:`reading`)."""
 
+    def guard(self, low: int, high: int) -> None:
+        """Let restored aggregates look up outside a reading, each lookup checking that the
+        snapshot it reads is at a position within ``low..high`` (and raising
+        :class:`StoredMessagesMoved` otherwise), until the next reading."""
+
 
 @dataclass
 class _Cached(Generic[A]):
@@ -93,6 +102,8 @@ class _Cached(Generic[A]):
     base: int = 0  # the snapshot position the aggregate was restored from
     # events after ``applied`` (up to ``seq``), applied at the next decision
     pending: list[tuple[int, Aggregate.Event]] = field(default_factory=list)
+    guarded: int = 0  # decisions since the last reading of the snapshot
+    broken: bool = False  # pending events half applied: restore at the next reading
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,14 +158,7 @@ class AggregateStore(Generic[A]):
             while asyncio.get_running_loop().time() < deadline or attempt < 3:
                 attempt += 1
                 await self._load(subject, key)
-                with self._reading():
-                    cached = self._prepare(subject, key)
-                    try:
-                        events = list(decide(cached.aggregate))
-                    except MemstreamError as error:
-                        refusal: MemstreamError | None = error
-                    else:
-                        refusal = None
+                cached, events, refusal = self._decide(subject, key, decide)
                 if refusal is not None:
                     # A refusal may come from a stale cache (another writer moved on).
                     if await self._caught_up(subject, cached):
@@ -207,6 +211,44 @@ class AggregateStore(Generic[A]):
             with self._reading():
                 return view(self._prepare(subject, key).aggregate)
 
+    def _decide(
+        self, subject: str, key: str, decide: Callable[[A], Sequence[Aggregate.Event]]
+    ) -> tuple[_Cached[A], list[Aggregate.Event], MemstreamError | None]:
+        """Decide on the cached aggregate: guarded when it was read recently, else (or when a
+        guarded lookup finds the snapshot moved) inside a reading."""
+        cached = self._cache.get(subject)
+        if self.snapshots is not None and cached is not None and self._guardable(cached):
+            try:
+                self._apply_guarded(cached)
+                self.snapshots.guard(cached.base, 2**63 - 1)
+                cached.guarded += 1
+                self._cache.move_to_end(subject)
+                return (cached, *_decided(cached.aggregate, decide))
+            except StoredMessagesMoved:
+                cached.guarded = GUARDED_DECISIONS  # read the snapshot next
+        with self._reading():
+            cached = self._prepare(subject, key)
+            return (cached, *_decided(cached.aggregate, decide))
+
+    def _guardable(self, cached: _Cached[A]) -> bool:
+        return not cached.broken and cached.guarded < GUARDED_DECISIONS
+
+    def _apply_guarded(self, cached: _Cached[A]) -> None:
+        """Apply the pending events outside a reading: the snapshot must not have seen the
+        event being applied (its lookups would count it twice)."""
+        assert self.snapshots is not None
+        applied = cached.applied
+        try:
+            for seq, event in cached.pending:
+                self.snapshots.guard(cached.base, seq - 1)
+                event.mutate(cached.aggregate)
+                applied = seq
+        except StoredMessagesMoved:
+            cached.broken = True
+            raise
+        cached.applied = applied
+        cached.pending.clear()
+
     def _reading(self) -> AbstractContextManager[None]:
         return contextlib.nullcontext() if self.snapshots is None else self.snapshots.reading()
 
@@ -222,6 +264,8 @@ class AggregateStore(Generic[A]):
         cached = self._cache.get(subject)
         if self.snapshots is not None:
             snapshot = self.snapshots.snapshot(key)
+            if cached is not None:
+                cached.guarded = 0
             if cached is None or _restore(cached, snapshot.seq):
                 cached = self._remember(subject, _restored(cached, snapshot))
             else:
@@ -268,12 +312,23 @@ class AggregateStore(Generic[A]):
             cached.seq = entry.seq
 
 
+def _decided(
+    aggregate: A, decide: Callable[[A], Sequence[Aggregate.Event]]
+) -> tuple[list[Aggregate.Event], MemstreamError | None]:
+    try:
+        return list(decide(aggregate)), None
+    except MemstreamError as error:
+        return [], error
+
+
 def _restore(cached: _Cached[A], position: int) -> bool:
     """Whether to restore from a snapshot at ``position`` rather than keep the aggregate: when
     the snapshot has everything applied here (and more than it was restored from, so the kept
-    overlay shrinks), or went backwards (the read model was rebuilt)."""
+    overlay shrinks), went backwards (the read model was rebuilt), or the aggregate was left
+    half updated."""
     return (
-        position < cached.base
+        cached.broken
+        or position < cached.base
         or position > cached.applied
         or (position == cached.applied and position != cached.base)
     )
@@ -283,7 +338,8 @@ def _restored(cached: _Cached[A] | None, snapshot: Snapshot[A]) -> _Cached[A]:
     """The aggregate restored from ``snapshot``, with the events known here that the snapshot
     has not seen yet (none after a rebuild: no event here covers the gap it left)."""
     position = snapshot.seq
-    if cached is None or position < cached.base:
+    if cached is None or position < cached.base or position < cached.applied:
+        # Nothing here covers what the snapshot lacks: publishing will fast-forward from it.
         return _Cached(snapshot.restore(), position, applied=position, base=position)
     return _Cached(
         snapshot.restore(),

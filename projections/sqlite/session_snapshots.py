@@ -5,7 +5,10 @@ sequence and version of the session's last event, its frozen prompt and loaded s
 (``session_state``). A session restored from them looks its messages up lazily, row by row, so a
 command on a 100,000-message session reads the handful of rows it needs. Every read happens
 inside :meth:`SqliteSessionSnapshots.reading` (one read transaction), so the rows and the
-recorded position belong to the same moment.
+recorded position belong to the same moment — or, between readings, is one statement that also
+reads the session's recorded position and refuses an answer from outside the range the writer
+allows (:meth:`SqliteSessionSnapshots.guard`), so a command on a session the writer holds costs
+one statement per message id it has not seen.
 """
 
 from __future__ import annotations
@@ -15,31 +18,66 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memstream.domain.message_index import NO_MESSAGES, StoredMessages
+from memstream.domain.message_index import NO_MESSAGES, StoredMessages, StoredMessagesMoved
 from memstream.domain.session import Session
+
+# A stored message carries its children count; an id that is not stored (deleted, with orphans
+# still pointing at it) is counted on the children index.
+_PROBE = (
+    "SELECT m.parent_id, m.position, coalesce(m.child_count, "
+    "(SELECT count(*) FROM messages WHERE sid = ?1 AND parent_id = ?2)) "
+    "FROM (SELECT 1) LEFT JOIN messages AS m ON m.sid = ?1 AND m.id = ?2"
+)
+# The same, with the session's recorded position (NULL if its rows were renumbered).
+_GUARDED_PROBE = (
+    "SELECT m.parent_id, m.position, coalesce(m.child_count, "
+    "(SELECT count(*) FROM messages WHERE sid = ?1 AND parent_id = ?2)), "
+    "(SELECT last_seq FROM session_state WHERE namespace = ?3 AND session_id = ?4 AND sid = ?1) "
+    "FROM (SELECT 1) LEFT JOIN messages AS m ON m.sid = ?1 AND m.id = ?2"
+)
+
+
+class _Window:
+    """Where lookups may run: inside a reading (``low`` None: any position), or guarded (the
+    recorded position within ``low..high``)."""
+
+    __slots__ = ("high", "low")
+
+    def __init__(self) -> None:
+        self.low: int | None = None
+        self.high = 0
 
 
 class SqliteStoredMessages:
     """One session's message rows (:class:`StoredMessages` over the ``messages`` table)."""
 
-    __slots__ = ("connection", "sid")
+    __slots__ = ("connection", "key", "sid", "window")
 
-    def __init__(self, connection: sqlite3.Connection, sid: int) -> None:
+    def __init__(
+        self, connection: sqlite3.Connection, sid: int, key: tuple[str, str], window: _Window
+    ) -> None:
         self.connection = connection
         self.sid = sid
+        self.key = key
+        self.window = window
 
     def probe(self, message_id: str) -> tuple[tuple[str | None, int] | None, int]:
-        # One statement: a stored message carries its children count; an id that is not stored
-        # (deleted, with orphans still pointing at it) is counted on the children index.
-        parent_id, position, count = self.connection.execute(
-            "SELECT m.parent_id, m.position, coalesce(m.child_count, "
-            "(SELECT count(*) FROM messages WHERE sid = ?1 AND parent_id = ?2)) "
-            "FROM (SELECT 1) LEFT JOIN messages AS m ON m.sid = ?1 AND m.id = ?2",
-            (self.sid, message_id),
-        ).fetchone()
+        window = self.window
+        if window.low is None:
+            parent_id, position, count = self.connection.execute(
+                _PROBE, (self.sid, message_id)
+            ).fetchone()
+        else:
+            parent_id, position, count, seq = self.connection.execute(
+                _GUARDED_PROBE, (self.sid, message_id, *self.key)
+            ).fetchone()
+            if seq is None or not window.low <= seq <= window.high:
+                raise StoredMessagesMoved(f"session {self.key[1]!r} is at {seq}")
         return (None if position is None else (parent_id, int(position))), int(count)
 
     def leaves(self, below: int | None, limit: int) -> Sequence[tuple[str, int]]:
+        if self.window.low is not None:
+            raise StoredMessagesMoved("the latest leaf is looked up inside a reading")
         rows = self.connection.execute(
             "SELECT id, position FROM messages WHERE sid = ? AND child_count = 0 "
             "AND position < ? ORDER BY position DESC LIMIT ?",
@@ -84,10 +122,19 @@ class SqliteSessionSnapshots:
     def __init__(self, connection: sqlite3.Connection, namespace: str) -> None:
         self.connection = connection
         self.namespace = namespace
+        self._window = _Window()
 
     def reading(self) -> _Reading:
         """One read transaction (a consistent view) for a snapshot and the lookups after it."""
+        self._window.low = None
         return _Reading(self.connection)
+
+    def guard(self, low: int, high: int) -> None:
+        """Until the next reading, lookups run on their own and refuse (raising
+        :class:`StoredMessagesMoved`) a session whose recorded position is outside
+        ``low..high`` or whose rows were renumbered."""
+        self._window.low = low
+        self._window.high = high
 
     def snapshot(self, session_id: str) -> SessionSnapshot:
         """The session as of the read model's last event of it (seq 0 if it has none)."""
@@ -99,7 +146,13 @@ class SqliteSessionSnapshots:
         if row is None:
             return SessionSnapshot(self.namespace, session_id, 0, 0, None, (), NO_MESSAGES)
         seq, version, prompt, skills, sid = row
-        messages = NO_MESSAGES if sid is None else SqliteStoredMessages(self.connection, sid)
+        messages = (
+            NO_MESSAGES
+            if sid is None
+            else SqliteStoredMessages(
+                self.connection, sid, (self.namespace, session_id), self._window
+            )
+        )
         loaded = () if skills == "[]" else tuple(json.loads(skills))
         return SessionSnapshot(
             self.namespace, session_id, int(seq), int(version), prompt, loaded, messages

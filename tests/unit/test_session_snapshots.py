@@ -316,6 +316,18 @@ async def run(program: list[tuple[Any, ...]], project_on_read: int = 0) -> None:
     ],
     project_on_read=0,
 )
+@example(  # the projector passed this writer's own event before it was applied here
+    program=[
+        ("ours", 0, ("append", "m0", ("omit",))),
+        ("project", 6),
+        ("ours", 0, ("append", "m1", ("omit",))),
+        ("other", 0, ("append", "m2", ("omit",))),
+        ("project", 6),
+        ("ours", 0, ("append", "m3", ("omit",))),
+        ("check", 0),
+    ],
+    project_on_read=0,
+)
 def test_decisions_on_a_snapshot_equal_decisions_on_a_full_replay(
     program: list[tuple[Any, ...]], project_on_read: int
 ) -> None:
