@@ -37,6 +37,7 @@ BENCHMARKS = (
     "cold_start",
     "context",
     "agent_loop",
+    "many_sessions",
 )
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 

@@ -25,6 +25,7 @@ from memstream.domain.limits import (
     require_str,
     utf8_size,
 )
+from memstream.domain.message_index import NO_MESSAGES, MessageIndex, StoredMessages
 from memstream.domain.messages import encode_message, normalize_message
 
 _NAMESPACE = uuid.UUID("6f2a4a64-9f7e-4c38-a1c7-2c1f0e0f7a01")
@@ -99,9 +100,7 @@ class Session(Aggregate):
         """All messages and compaction overlays of the session were removed."""
 
         def apply(self, aggregate: Any) -> None:
-            aggregate.parents.clear()
-            aggregate.child_counts.clear()
-            aggregate.latest_leaf = None
+            aggregate.messages.clear()
             aggregate.loaded_skills.clear()
 
     class CompactionAdded(Event):
@@ -144,51 +143,47 @@ class Session(Aggregate):
     @classmethod
     def empty(cls, namespace: str, session_id: str) -> Session:
         """A session with no events yet (version 0); sessions begin with their first write."""
+        return cls.restore(namespace, session_id, version=0, messages=NO_MESSAGES)
+
+    @classmethod
+    def restore(
+        cls,
+        namespace: str,
+        session_id: str,
+        *,
+        version: int,
+        messages: StoredMessages,
+        frozen_prompt: str | None = None,
+        loaded_skills: Sequence[str] = (),
+    ) -> Session:
+        """The session as a snapshot holds it after its event ``version``: its messages looked up
+        lazily in ``messages``, its frozen prompt and its loaded skills (``"label:key"``, in load
+        order). Events after the snapshot are applied on top as usual."""
         session = empty_aggregate(cls, session_aggregate_id(namespace, session_id))
+        session.version = version
         session.session_id = session_id
-        session.parents = {}
-        session.child_counts = {}
-        session.latest_leaf = None
-        session.frozen_prompt = None
-        session.loaded_skills = {}
+        session.messages = MessageIndex(messages)
+        session.frozen_prompt = frozen_prompt
+        session.loaded_skills = dict.fromkeys(loaded_skills)
         return session
 
     session_id: str
-    parents: dict[str, str | None]
-    child_counts: dict[str, int]
-    latest_leaf: str | None
+    messages: MessageIndex
     frozen_prompt: str | None
     loaded_skills: dict[str, None]  # "label:key", in load order
 
     # -- decision state -----------------------------------------------------------------------
 
+    @property
+    def latest_leaf(self) -> str | None:
+        """The newest message without children (``None``: no messages)."""
+        return self.messages.latest_leaf
+
     def add_message(self, message_id: str, parent_id: str | None) -> None:
-        self.parents[message_id] = parent_id
-        if parent_id is not None:
-            self.child_counts[parent_id] = self.child_counts.get(parent_id, 0) + 1
-        # The newest message has no child yet (unless orphans already point at its id).
-        if self.child_counts.get(message_id, 0) == 0:
-            self.latest_leaf = message_id
-        else:
-            self.latest_leaf = self._find_latest_leaf()
+        self.messages.add(message_id, parent_id)
 
     def remove_message(self, message_id: str) -> None:
-        if message_id not in self.parents:
-            return
-        parent_id = self.parents.pop(message_id)
-        if parent_id is not None:
-            remaining = self.child_counts[parent_id] - 1
-            if remaining:
-                self.child_counts[parent_id] = remaining
-            else:
-                del self.child_counts[parent_id]
-        self.latest_leaf = self._find_latest_leaf()
-
-    def _find_latest_leaf(self) -> str | None:
-        for message_id in reversed(self.parents):
-            if self.child_counts.get(message_id, 0) == 0:
-                return message_id
-        return None
+        self.messages.remove(message_id)
 
     # -- commands (validate, then return the decided events) ---------------------------------
 
@@ -197,9 +192,9 @@ class Session(Aggregate):
         stored = normalize_message(message)
         message_json = encode_message(stored)
         message_id: str = stored["id"]
-        if message_id in self.parents:
+        if self.messages.exists(message_id):
             return []
-        parent = self._resolve_parent(parent_id, self.latest_leaf)
+        parent = self._resolve_parent(parent_id)
         self._refuse_cycle(message_id, parent)
         return [
             self._decide(
@@ -223,7 +218,7 @@ class Session(Aggregate):
             raise InvalidInputError(
                 f"messages has {len(messages)} items; the limit is {BATCH_MAX_MESSAGES}"
             )
-        parent = self._resolve_parent(parent_id, self.latest_leaf)
+        parent = self._resolve_parent(parent_id)
         pending: dict[str, str | None] = {}  # this batch's parents, for the cycle check
         entries: list[dict[str, Any]] = []
         for index, message in enumerate(messages):
@@ -233,7 +228,7 @@ class Session(Aggregate):
             except InvalidInputError as error:
                 raise InvalidInputError(f"messages[{index}] of {len(messages)}: {error}") from None
             message_id: str = stored["id"]
-            if message_id in self.parents or message_id in pending:
+            if message_id in pending or self.messages.exists(message_id):
                 parent = message_id
                 continue
             self._refuse_cycle(message_id, parent, pending)
@@ -255,7 +250,7 @@ class Session(Aggregate):
         stored = normalize_message(message)
         message_json = encode_message(stored)
         message_id: str = stored["id"]
-        if message_id not in self.parents:
+        if not self.messages.exists(message_id):
             raise MessageNotFoundError(
                 f"message {message_id!r} does not exist in session {self.session_id!r}"
             )
@@ -270,7 +265,7 @@ class Session(Aggregate):
             )
         existing: list[str] = []
         for value in message_ids:
-            if isinstance(value, str) and value in self.parents and value not in existing:
+            if isinstance(value, str) and value not in existing and self.messages.exists(value):
                 existing.append(value)
         if not existing:
             return []
@@ -334,16 +329,16 @@ class Session(Aggregate):
         for event in events:
             event.mutate(self)
 
-    def _resolve_parent(self, parent_id: object, latest_leaf: str | None) -> str | None:
+    def _resolve_parent(self, parent_id: object) -> str | None:
         if parent_id is OMITTED:
-            return latest_leaf
+            return self.messages.latest_leaf
         if parent_id is None:
             return None
         if not isinstance(parent_id, str):
             raise InvalidInputError(
                 f"parent_id must be a string or None, not {type(parent_id).__name__}"
             )
-        if parent_id not in self.parents:
+        if not self.messages.exists(parent_id):
             raise MessageNotFoundError(
                 f"parent message {parent_id[:300]!r} does not exist in session {self.session_id!r}"
             )
@@ -357,23 +352,26 @@ class Session(Aggregate):
         Deleting a message keeps its children's parent ids, so re-appending a deleted id under
         one of its former descendants would close a loop. Only ids that orphans point at can do
         that, so the ancestor walk runs only for them. ``pending`` holds the parents of messages
-        decided earlier in the same batch (not yet in :attr:`parents`).
+        decided earlier in the same batch (not yet in :attr:`messages`).
         """
-        if parent_id is None or self.child_counts.get(message_id, 0) == 0:
+        if parent_id is None or self.messages.child_count(message_id) == 0:
             return
         pending = pending or {}
         current: str | None = parent_id
-        for _ in range(len(self.parents) + len(pending) + 1):
+        seen: set[str] = set()  # the stored tree has no loop; this bounds the walk regardless
+        while current is not None and current not in seen:
             if current == message_id:
                 raise InvalidInputError(
                     f"appending {message_id!r} under {parent_id!r} would make it its own ancestor"
                 )
+            seen.add(current)
             if current in pending:
                 current = pending[current]
-            elif current is not None and current in self.parents:
-                current = self.parents[current]
             else:
-                return
+                found = self.messages.find(current)
+                if found is None:
+                    return
+                current = found[0]
 
     def _decide(self, event_class: type[_E], **kwargs: Any) -> _E:
         return next_event(self, event_class, session_id=self.session_id, **kwargs)

@@ -34,6 +34,7 @@ from memstream.projections.sqlite.database import (
     tracked_seq,
 )
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
+from memstream.projections.sqlite.session_snapshots import SqliteSessionSnapshots
 from memstream.read_guard import guarded
 from memstream.session import Session
 from memstream.settings import Settings
@@ -71,7 +72,6 @@ class Memstream:
         self.log = log
         self.runtime = runtime
         self._read_from(connection)
-        self.sessions = AggregateStore(log, self._empty_session)
         self.blocks = AggregateStore(log, lambda key: ContextDocument.empty(self.namespace, key))
         self.search_indexes = AggregateStore(
             log, lambda key: SearchIndex.empty(self.namespace, key)
@@ -90,6 +90,14 @@ class Memstream:
         self.database = connection
         self.session_queries = guarded(SqliteSessionQueries(connection), self._damaged)
         self.context_queries = guarded(SqliteContextQueries(connection), self._damaged)
+        # Sessions are restored from the sessions read model (plus the events after it), never
+        # replayed from their first event: see SqliteSessionSnapshots. A new read-model file
+        # (one replaced after damage) starts a new store: nothing restored from the old stays.
+        self.sessions = AggregateStore(
+            self.log,
+            self._empty_session,
+            snapshots=SqliteSessionSnapshots(connection, self.namespace),
+        )
 
     def _watch_positions(self) -> dict[str, PositionWatch]:
         return {

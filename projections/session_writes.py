@@ -59,7 +59,46 @@ class InsertCompaction:
     created_at: str
 
 
-SessionWrite = InsertMessage | UpdateMessage | DeleteMessages | ClearSession | InsertCompaction
+@dataclass(frozen=True, slots=True)
+class RecordPosition:
+    """The session's last event so far: its stream sequence and aggregate version (what a writer
+    restoring the session from this read model publishes after)."""
+
+    namespace: str
+    session_id: str
+    seq: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordPrompt:
+    """The session's frozen system prompt (decision state kept next to the messages)."""
+
+    namespace: str
+    session_id: str
+    prompt: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSkill:
+    """A skill (``"label:key"``) was loaded into, or unloaded from, the session."""
+
+    namespace: str
+    session_id: str
+    skill: str
+    loaded: bool
+
+
+SessionWrite = (
+    InsertMessage
+    | UpdateMessage
+    | DeleteMessages
+    | ClearSession
+    | InsertCompaction
+    | RecordPosition
+    | RecordPrompt
+    | RecordSkill
+)
 
 
 def _insert(namespace: str, event: Any, entry: dict[str, Any], position: int) -> InsertMessage:
@@ -79,7 +118,19 @@ def _insert(namespace: str, event: Any, entry: dict[str, Any], position: int) ->
 
 
 def project_session_event(namespace: str, seq: int, event: object) -> list[SessionWrite]:
-    """Writes that apply ``event`` (at stream sequence ``seq``) to the session read models."""
+    """Writes that apply ``event`` (at stream sequence ``seq``) to the session read models.
+
+    Every session event also records the session's position (its last sequence and version),
+    so that the read model is a snapshot commands can be decided on: its rows as of that
+    position, plus the events after it.
+    """
+    if not isinstance(event, Session.Event):
+        return []
+    position = RecordPosition(namespace, event.session_id, seq, event.originator_version)
+    return [*_writes(namespace, seq, event), position]
+
+
+def _writes(namespace: str, seq: int, event: Session.Event) -> list[SessionWrite]:
     base = seq * BATCH_SLOTS
     if isinstance(event, Session.MessageAppended):
         entry = {
@@ -118,4 +169,9 @@ def project_session_event(namespace: str, seq: int, event: object) -> list[Sessi
                 event.timestamp.isoformat(),
             )
         ]
+    if isinstance(event, Session.SystemPromptFrozen):
+        return [RecordPrompt(namespace, event.session_id, event.prompt)]
+    if isinstance(event, Session.SkillLoaded | Session.SkillUnloaded):
+        loaded = isinstance(event, Session.SkillLoaded)
+        return [RecordSkill(namespace, event.session_id, f"{event.label}:{event.key}", loaded)]
     return []

@@ -5,36 +5,105 @@ last event. A command is decided on the cached aggregate and published with
 ``Nats-Expected-Last-Subject-Sequence``; when another writer got there first the aggregate is
 fast-forwarded from its subject and the command decided again (bounded), so the common case costs
 one publish round trip and a long session is never replayed per command.
+
+With a :class:`SnapshotSource` (the sessions read model) an aggregate is never replayed from its
+first event: it is restored from the snapshot — state that looks its rows up lazily, as of the
+subject sequence the snapshot records — plus the events after that sequence, which the store
+keeps (its own publishes, and what a fast-forward read). Every decision runs inside one reading
+of the source, and starts by reconciling: a snapshot that has caught up with the kept events
+replaces them; one that went backwards (a rebuild) is restored from again. The publish that
+follows is guarded by the subject sequence, so a decision on stale state fails safely and is
+fast-forwarded by reading only the events after it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
 
 from eventsourcing.domain import Aggregate
 
 from memstream.domain.errors import ConcurrencyError, MemstreamError
+from memstream.domain.message_index import StoredMessagesMoved
 from memstream.workers.codec import CommandMeta, decode_event, encode_event
-from memstream.workers.event_log import EventLog, ExpectedSequenceMismatch, OutgoingMessage
+from memstream.workers.event_log import (
+    ExpectedSequenceMismatch,
+    LogEntry,
+    OutgoingMessage,
+    PublishResult,
+)
 
 logger = logging.getLogger(__name__)
 A = TypeVar("A", bound=Aggregate)
+T = TypeVar("T")
 # Conflicts are retried for this long (a writer that keeps losing to others in tight loops can
 # wait for several of their bursts; measured up to ~4 s with 8 writers on one session here).
 RETRY_SECONDS = 15.0
 CACHE_SIZE = 256
+# Decisions on a kept aggregate between two readings of its snapshot: in between, lookups check
+# the snapshot's position themselves (one statement each, no read transaction).
+GUARDED_DECISIONS = 32
+
+
+class Log(Protocol):
+    """What the store needs of the log (:class:`~memstream.workers.event_log.EventLog`)."""
+
+    async def publish(
+        self, subject: str, messages: Sequence[OutgoingMessage], expected_last_seq: int | None
+    ) -> PublishResult: ...
+
+    def read_subject(self, subject: str, after_seq: int = 0) -> AsyncIterator[LogEntry]: ...
+
+    async def last_seq(self, subject: str) -> int: ...
+
+
+class Snapshot(Protocol[A]):
+    """An aggregate as a read model holds it, after the subject's event at :attr:`seq`."""
+
+    @property
+    def seq(self) -> int:
+        """The stream sequence of the last event of the subject it reflects (0: none)."""
+
+    def restore(self) -> A:
+        """The aggregate as of :attr:`seq`."""
+
+    def rebind(self, aggregate: A) -> None:
+        """Point an aggregate restored from an earlier reading at this one's state (called
+        only while its overlay of later events is still valid on top of this snapshot)."""
+
+
+class SnapshotSource(Protocol[A]):
+    """Where aggregates are restored from instead of replaying their subjects."""
+
+    def reading(self) -> AbstractContextManager[None]:
+        """A consistent view for :meth:`snapshot` and every lookup of a decision."""
+
+    def snapshot(self, key: str) -> Snapshot[A]:
+        """The snapshot of aggregate ``key`` (inside :meth:`reading`)."""
+
+    def guard(self, low: int, high: int) -> None:
+        """Let restored aggregates look up outside a reading, each lookup checking that the
+        snapshot it reads is at a position within ``low..high`` (and raising
+        :class:`StoredMessagesMoved` otherwise), until the next reading."""
 
 
 @dataclass
 class _Cached(Generic[A]):
     aggregate: A
-    seq: int
+    seq: int  # the subject's last sequence known: the aggregate plus ``pending``
+    applied: int = 0  # the last sequence applied to the aggregate
+    base: int = 0  # the snapshot position the aggregate was restored from
+    # events after ``applied`` (up to ``seq``), applied at the next decision
+    pending: list[tuple[int, Aggregate.Event]] = field(default_factory=list)
+    guarded: int = 0  # decisions since the last reading of the snapshot
+    broken: bool = False  # pending events half applied: restore at the next reading
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +119,16 @@ class AggregateStore(Generic[A]):
 
     def __init__(
         self,
-        log: EventLog,
+        log: Log,
         empty: Callable[[str], A],
         *,
+        snapshots: SnapshotSource[A] | None = None,
         cache_size: int = CACHE_SIZE,
         retry_seconds: float = RETRY_SECONDS,
     ) -> None:
         self.log = log
         self.retry_seconds = retry_seconds
+        self.snapshots = snapshots
         self._empty = empty
         self._cache: OrderedDict[str, _Cached[A]] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -86,14 +157,13 @@ class AggregateStore(Generic[A]):
             attempt = 0
             while asyncio.get_running_loop().time() < deadline or attempt < 3:
                 attempt += 1
-                cached = await self._load(subject, key)
-                try:
-                    events = list(decide(cached.aggregate))
-                except MemstreamError:
+                await self._load(subject, key)
+                cached, events, refusal = self._decide(subject, key, decide)
+                if refusal is not None:
                     # A refusal may come from a stale cache (another writer moved on).
                     if await self._caught_up(subject, cached):
                         continue
-                    raise
+                    raise refusal
                 if not events:
                     if await self._caught_up(subject, cached):
                         continue  # a no-op decided on stale state: decide again
@@ -120,8 +190,9 @@ class AggregateStore(Generic[A]):
                     # An earlier attempt of this command is already in the log: read it back.
                     await self._fast_forward(subject, cached)
                     return CommandResult((), cached.seq)
-                for event in events:
-                    event.mutate(cached.aggregate)
+                # Applied at the next decision (inside its reading, as every lookup must be).
+                first = result.seq - len(events) + 1  # an atomic batch is stored contiguously
+                cached.pending.extend((first + i, event) for i, event in enumerate(events))
                 cached.seq = result.seq
                 return CommandResult(events, result.seq)
         raise ConcurrencyError(
@@ -129,26 +200,95 @@ class AggregateStore(Generic[A]):
             f"{self.retry_seconds:g} s; giving up"
         )
 
-    async def get(self, subject: str, key: str) -> A:
-        """The aggregate as of the log's current end (for decisions, not for reads)."""
+    async def inspect(self, subject: str, key: str, view: Callable[[A], T]) -> T:
+        """``view(aggregate)`` on the aggregate as of the log's current end (for decisions and
+        tests, not for reads: a restored aggregate looks its state up lazily)."""
         async with self._locks.setdefault(subject, asyncio.Lock()):
-            cached = await self._load(subject, key)
+            await self._load(subject, key)
+            with self._reading():
+                cached = self._prepare(subject, key)
             await self._fast_forward(subject, cached)
-            return cached.aggregate
+            with self._reading():
+                return view(self._prepare(subject, key).aggregate)
 
-    async def _load(self, subject: str, key: str) -> _Cached[A]:
+    def _decide(
+        self, subject: str, key: str, decide: Callable[[A], Sequence[Aggregate.Event]]
+    ) -> tuple[_Cached[A], list[Aggregate.Event], MemstreamError | None]:
+        """Decide on the cached aggregate: guarded when it was read recently, else (or when a
+        guarded lookup finds the snapshot moved) inside a reading."""
         cached = self._cache.get(subject)
-        if cached is None:
-            cached = _Cached(self._empty(key), 0)
+        if self.snapshots is not None and cached is not None and self._guardable(cached):
+            try:
+                self._apply_guarded(cached)
+                self.snapshots.guard(cached.base, 2**63 - 1)
+                cached.guarded += 1
+                self._cache.move_to_end(subject)
+                return (cached, *_decided(cached.aggregate, decide))
+            except StoredMessagesMoved:
+                cached.guarded = GUARDED_DECISIONS  # read the snapshot next
+        with self._reading():
+            cached = self._prepare(subject, key)
+            return (cached, *_decided(cached.aggregate, decide))
+
+    def _guardable(self, cached: _Cached[A]) -> bool:
+        return not cached.broken and cached.guarded < GUARDED_DECISIONS
+
+    def _apply_guarded(self, cached: _Cached[A]) -> None:
+        """Apply the pending events outside a reading: the snapshot must not have seen the
+        event being applied (its lookups would count it twice)."""
+        assert self.snapshots is not None
+        applied = cached.applied
+        try:
+            for seq, event in cached.pending:
+                self.snapshots.guard(cached.base, seq - 1)
+                event.mutate(cached.aggregate)
+                applied = seq
+        except StoredMessagesMoved:
+            cached.broken = True
+            raise
+        cached.applied = applied
+        cached.pending.clear()
+
+    def _reading(self) -> AbstractContextManager[None]:
+        return contextlib.nullcontext() if self.snapshots is None else self.snapshots.reading()
+
+    async def _load(self, subject: str, key: str) -> None:
+        """Without snapshots, a new aggregate is replayed from its subject before deciding."""
+        if self.snapshots is None and subject not in self._cache:
+            cached = self._remember(subject, _Cached(self._empty(key), 0))
             await self._fast_forward(subject, cached)
-            self._cache[subject] = cached
-            while len(self._cache) > self._cache_size:
-                evicted, _ = self._cache.popitem(last=False)
-                lock = self._locks.get(evicted)
-                if lock is not None and not lock.locked():
-                    del self._locks[evicted]
-        else:
-            self._cache.move_to_end(subject)
+
+    def _prepare(self, subject: str, key: str) -> _Cached[A]:
+        """The cached aggregate, reconciled with the snapshot and with its pending events
+        applied (inside a reading)."""
+        cached = self._cache.get(subject)
+        if self.snapshots is not None:
+            snapshot = self.snapshots.snapshot(key)
+            if cached is not None:
+                cached.guarded = 0
+            if cached is None or _restore(cached, snapshot.seq):
+                cached = self._remember(subject, _restored(cached, snapshot))
+            else:
+                # Between what it was restored from and what was applied here: the applied
+                # events stay on top of the snapshot's rows.
+                snapshot.rebind(cached.aggregate)
+                cached.base = snapshot.seq
+        elif cached is None:
+            cached = self._remember(subject, _Cached(self._empty(key), 0))
+        self._cache.move_to_end(subject)
+        for seq, event in cached.pending:
+            event.mutate(cached.aggregate)
+            cached.applied = seq
+        cached.pending.clear()
+        return cached
+
+    def _remember(self, subject: str, cached: _Cached[A]) -> _Cached[A]:
+        self._cache[subject] = cached
+        while len(self._cache) > self._cache_size:
+            evicted, _ = self._cache.popitem(last=False)
+            lock = self._locks.get(evicted)
+            if lock is not None and not lock.locked():
+                del self._locks[evicted]
         return cached
 
     async def _caught_up(self, subject: str, cached: _Cached[A]) -> bool:
@@ -159,6 +299,8 @@ class AggregateStore(Generic[A]):
         return True
 
     async def _fast_forward(self, subject: str, cached: _Cached[A]) -> None:
+        """Read the subject's events after ``cached.seq``; they are applied at the next
+        decision."""
         async for entry in self.log.read_subject(subject, cached.seq):
             try:
                 event = decode_event(entry.payload, entry.headers)
@@ -166,8 +308,46 @@ class AggregateStore(Generic[A]):
                 # Not an event of ours (the projector dead-letters it too): pass over it.
                 logger.exception("skipping undecodable message %d on %s", entry.seq, subject)
             else:
-                event.mutate(cached.aggregate)
+                cached.pending.append((entry.seq, event))  # type: ignore[arg-type]
             cached.seq = entry.seq
+
+
+def _decided(
+    aggregate: A, decide: Callable[[A], Sequence[Aggregate.Event]]
+) -> tuple[list[Aggregate.Event], MemstreamError | None]:
+    try:
+        return list(decide(aggregate)), None
+    except MemstreamError as error:
+        return [], error
+
+
+def _restore(cached: _Cached[A], position: int) -> bool:
+    """Whether to restore from a snapshot at ``position`` rather than keep the aggregate: when
+    the snapshot has everything applied here (and more than it was restored from, so the kept
+    overlay shrinks), went backwards (the read model was rebuilt), or the aggregate was left
+    half updated."""
+    return (
+        cached.broken
+        or position < cached.base
+        or position > cached.applied
+        or (position == cached.applied and position != cached.base)
+    )
+
+
+def _restored(cached: _Cached[A] | None, snapshot: Snapshot[A]) -> _Cached[A]:
+    """The aggregate restored from ``snapshot``, with the events known here that the snapshot
+    has not seen yet (none after a rebuild: no event here covers the gap it left)."""
+    position = snapshot.seq
+    if cached is None or position < cached.base or position < cached.applied:
+        # Nothing here covers what the snapshot lacks: publishing will fast-forward from it.
+        return _Cached(snapshot.restore(), position, applied=position, base=position)
+    return _Cached(
+        snapshot.restore(),
+        max(position, cached.seq),
+        applied=position,
+        base=position,
+        pending=[(seq, event) for seq, event in cached.pending if seq > position],
+    )
 
 
 def _msg_id(command_id: str, index: int, count: int) -> str:

@@ -200,6 +200,8 @@ class EventLog:
         self.subject_prefix = subject_prefix
         self.timeout = timeout
         self.js: JetStreamContext = client.jetstream(timeout=timeout)
+        # Messages handed out by read_batch (and so read_subject): what replays cost, for tests.
+        self.entries_read = 0
 
     async def ensure_stream(self) -> None:
         """Create the stream if missing (file storage, dedupe window, deletes denied), or bring
@@ -417,6 +419,7 @@ class EventLog:
                 await sub.unsubscribe()
         except _TRANSIENT as error:
             raise UnavailableError(f"cannot read {filter_subject} from NATS: {error!r}") from error
+        self.entries_read += len(entries)
         return entries, pending
 
     async def read_subject(

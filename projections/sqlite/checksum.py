@@ -46,6 +46,12 @@ _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
             "JOIN session_keys AS k ON k.sid = c.sid "
             "ORDER BY k.namespace, k.session_id, c.position",
         ),
+        (
+            "session decision state",
+            "SELECT s.namespace, s.session_id, s.last_seq, s.version, s.frozen_prompt, "
+            "s.loaded_skills, k.session_id FROM session_state AS s "
+            "LEFT JOIN session_keys AS k ON k.sid = s.sid ORDER BY s.namespace, s.session_id",
+        ),
     ),
     "context": (
         (

@@ -19,7 +19,7 @@ from memstream.projections.sqlite.damage import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # ``PRAGMA application_id`` of a memstream read model ("MSDB"), set by migration
 # APPLICATION_ID_VERSION. A database at a lower version without it is an older memstream read
 # model; any other non-empty database without it is foreign.
@@ -190,11 +190,34 @@ _MIGRATIONS: dict[int, str] = {
     UPDATE messages SET depth = walk.depth, path_bytes = walk.path_bytes
     FROM walk WHERE walk.mid = messages.mid;
     """,
+    # Each session's decision state, kept by the sessions projection in the same transaction as
+    # its messages: the stream sequence and aggregate version of its last event, its frozen
+    # prompt and loaded skills. A writer restores a session from it plus the events after it
+    # instead of replaying the session's subject. Sessions projected before have no such row,
+    # so the sessions projection is emptied here and projected again from the log.
+    8: """
+    CREATE TABLE session_state (
+        namespace TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        last_seq INTEGER NOT NULL,
+        version INTEGER NOT NULL,
+        frozen_prompt TEXT,
+        loaded_skills TEXT NOT NULL DEFAULT '[]',
+        sid INTEGER,
+        PRIMARY KEY (namespace, session_id)
+    ) WITHOUT ROWID;
+    DELETE FROM messages_fts;
+    DELETE FROM messages;
+    DELETE FROM compactions;
+    DELETE FROM session_keys;
+    DELETE FROM dead_letters WHERE projection = 'sessions';
+    DELETE FROM tracking WHERE projection = 'sessions';
+    """,
 }
 
 # Tables each projection owns: dropped and rebuilt together by ``projections rebuild``.
 PROJECTION_TABLES: dict[str, tuple[str, ...]] = {
-    "sessions": ("session_keys", "messages", "messages_fts", "compactions"),
+    "sessions": ("session_keys", "messages", "messages_fts", "compactions", "session_state"),
     "context": (
         "context_blocks",
         "cached_prompts",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -11,6 +12,9 @@ from memstream.projections.session_writes import (
     DeleteMessages,
     InsertCompaction,
     InsertMessage,
+    RecordPosition,
+    RecordPrompt,
+    RecordSkill,
     SessionWrite,
     UpdateMessage,
 )
@@ -47,6 +51,9 @@ def apply_session_writes(connection: sqlite3.Connection, writes: Iterable[Sessio
     last: _Stored | None = None
     counts: dict[int, int] = {}  # messages added to each session, written once at the end
     for write in writes:
+        if isinstance(write, RecordPosition | RecordPrompt | RecordSkill):
+            _record_state(connection, write)
+            continue
         sid = session_key(connection, write.namespace, write.session_id)
         if isinstance(write, InsertMessage):
             last = _insert(connection, sid, write, last)
@@ -69,6 +76,12 @@ def apply_session_writes(connection: sqlite3.Connection, writes: Iterable[Sessio
             connection.execute("DELETE FROM compactions WHERE sid = ?", (sid,))
             connection.execute("UPDATE session_keys SET messages = 0 WHERE sid = ?", (sid,))
             counts[sid] = 0
+            # A clear also unloads the session's skills (its frozen prompt stays).
+            connection.execute(
+                "UPDATE session_state SET loaded_skills = '[]' "
+                "WHERE namespace = ? AND session_id = ?",
+                (write.namespace, write.session_id),
+            )
         elif isinstance(write, InsertCompaction):
             connection.execute(
                 "INSERT INTO compactions (sid, id, summary, from_message_id, to_message_id, "
@@ -235,3 +248,47 @@ def _delete(connection: sqlite3.Connection, sid: int, message_id: str) -> bool:
             (sid, parent_id),
         )
     return True
+
+
+def _record_state(
+    connection: sqlite3.Connection, write: RecordPosition | RecordPrompt | RecordSkill
+) -> None:
+    """The session's decision-state row. Its position comes last in an event's writes and
+    carries the session's key (``sid``, once it has had messages), so that restoring a session
+    reads one row."""
+    key = (write.namespace, write.session_id)
+    if isinstance(write, RecordPosition):
+        connection.execute(
+            "INSERT INTO session_state (namespace, session_id, last_seq, version, sid) "
+            "VALUES (?1, ?2, ?3, ?4, "
+            "(SELECT sid FROM session_keys WHERE namespace = ?1 AND session_id = ?2)) "
+            "ON CONFLICT (namespace, session_id) DO UPDATE SET "
+            "last_seq = excluded.last_seq, version = excluded.version, sid = excluded.sid",
+            (*key, write.seq, write.version),
+        )
+        return
+    # The event's position follows in the same transaction; until then the row may be new.
+    connection.execute(
+        "INSERT OR IGNORE INTO session_state (namespace, session_id, last_seq, version) "
+        "VALUES (?, ?, 0, 0)",
+        key,
+    )
+    if isinstance(write, RecordPrompt):
+        connection.execute(
+            "UPDATE session_state SET frozen_prompt = ? WHERE namespace = ? AND session_id = ?",
+            (write.prompt, *key),
+        )
+        return
+    row = connection.execute(
+        "SELECT loaded_skills FROM session_state WHERE namespace = ? AND session_id = ?", key
+    ).fetchone()
+    skills: list[str] = json.loads(row[0])
+    # As the aggregate's dict: a skill keeps its place when loaded again.
+    if write.loaded and write.skill not in skills:
+        skills.append(write.skill)
+    elif not write.loaded and write.skill in skills:
+        skills.remove(write.skill)
+    connection.execute(
+        "UPDATE session_state SET loaded_skills = ? WHERE namespace = ? AND session_id = ?",
+        (json.dumps(skills), *key),
+    )

@@ -76,8 +76,18 @@ async def test_same_command_twice_from_one_client_is_one_event(ms: Memstream) ->
     assert await _subject_count(ms.log, subject) == 1
     history = await ms.session("s").get_history()
     assert [m["parts"] for m in history] == [[{"type": "text", "text": "hello"}]]
-    # And the client's aggregate is the log's, not its own second decision
-    assert list((await ms.sessions.get(subject, "s")).parents) == [history[0]["id"]]
+    # And the client's aggregate is the log's, not its own second decision: the one message is
+    # the latest leaf, a root without children
+    state = await ms.sessions.inspect(
+        subject,
+        "s",
+        lambda s: (
+            s.latest_leaf,
+            s.messages.find(history[0]["id"]),
+            s.messages.child_count(history[0]["id"]),
+        ),
+    )
+    assert state == (history[0]["id"], (None,), 0)
 
 
 async def test_same_command_from_two_clients_is_deduplicated_by_the_log(
@@ -90,8 +100,8 @@ async def test_same_command_from_two_clients_is_deduplicated_by_the_log(
     try:
         subject = ms.session_subject("s")
         await ms.session("s").append_message(_message("m0"))
-        await ms.sessions.get(subject, "s")
-        await other.sessions.get(subject, "s")
+        await ms.sessions.inspect(subject, "s", lambda s: s.latest_leaf)
+        await other.sessions.inspect(subject, "s", lambda s: s.latest_leaf)
         meta = CommandMeta(command_id="cmd-append-2")
 
         # When both run the same command (same command id = Nats-Msg-Id), each deciding it on
@@ -109,9 +119,17 @@ async def test_same_command_from_two_clients_is_deduplicated_by_the_log(
         history = await ms.session("s").get_history()
         assert [m["parts"][0]["text"] for m in history] == ["hello", "one"]
         # And the second client's aggregate caught up with the log rather than forking
-        aggregate = await other.sessions.get(subject, "s")
-        assert list(aggregate.parents) == [m["id"] for m in history]
-        assert aggregate.latest_leaf == history[-1]["id"]
+        ids = [m["id"] for m in history]
+        state = await other.sessions.inspect(
+            subject,
+            "s",
+            lambda s: (
+                [s.messages.find(i) for i in ids],
+                [s.messages.child_count(i) for i in ids],
+                s.latest_leaf,
+            ),
+        )
+        assert state == ([(None,), (ids[0],)], [1, 0], ids[-1])
     finally:
         await other.close()
 

@@ -110,7 +110,7 @@ def test_explicit_parent_branches_and_the_branch_becomes_latest_leaf(scenario: S
     assert event.parent_id == "m1"
     state = scenario.load()
     assert state.latest_leaf == "m2b"
-    assert state.child_counts["m1"] == 2
+    assert state.messages.child_count("m1") == 2
 
 
 def test_unknown_explicit_parent_is_refused(scenario: Scenario) -> None:
@@ -120,7 +120,7 @@ def test_unknown_explicit_parent_is_refused(scenario: Scenario) -> None:
     # Then MessageNotFoundError, and nothing was decided
     with pytest.raises(MessageNotFoundError, match="nope"):
         scenario.when(append("m2", "nope"))
-    assert scenario.load().parents == {"m1": None}
+    assert scenario.load().messages.added() == {"m1": None}
 
 
 def test_parent_from_another_session_is_unknown() -> None:
@@ -206,7 +206,7 @@ def test_bad_messages_are_refused(scenario: Scenario, message: object, match: st
     # Then InvalidInputError names the problem, and nothing was decided
     with pytest.raises(InvalidInputError, match=match):
         scenario.when(lambda s: s.append_message(message))
-    assert list(scenario.load().parents) == ["m0"]
+    assert list(scenario.load().messages.added()) == ["m0"]
 
 
 def test_message_size_limit_is_on_the_canonical_json(scenario: Scenario) -> None:
@@ -289,7 +289,7 @@ def test_update_of_existing_message(scenario: Scenario) -> None:
     assert isinstance(event, Session.MessageUpdated)
     assert event.message_id == "m1"
     assert '"text":"new"' in event.message_json
-    assert scenario.load().parents == {"m1": None}
+    assert scenario.load().messages.added() == {"m1": None}
 
 
 def test_update_of_unknown_message_is_refused(scenario: Scenario) -> None:
@@ -348,7 +348,7 @@ def test_deleting_an_interior_message_keeps_the_tip(scenario: Scenario) -> None:
     # Then m2 (whose parent is now missing) stays the latest leaf
     state = scenario.load()
     assert state.latest_leaf == "m2"
-    assert state.parents == {"m0": None, "m2": "m1"}
+    assert state.messages.added() == {"m0": None, "m2": "m1"}
 
 
 def test_reappending_a_deleted_id_under_its_descendant_is_refused(scenario: Scenario) -> None:
@@ -374,7 +374,7 @@ def test_clear_forgets_every_message(scenario: Scenario) -> None:
     # Then MessagesCleared, and ids can be used again as new roots
     assert isinstance(event, Session.MessagesCleared)
     state = scenario.load()
-    assert (state.parents, state.latest_leaf) == ({}, None)
+    assert (state.messages.added(), state.latest_leaf) == ({}, None)
     (again,) = scenario.when(append("m1"))
     assert isinstance(again, Session.MessageAppended)
     assert again.parent_id is None

@@ -123,8 +123,8 @@ def test_version_4_links_existing_messages_to_their_parent_rows() -> None:
             "VALUES (1, ?, ?, 'user', ?, 0, ?, '')",
             (message_id, parent_id, json.dumps(msg(message_id)), position),
         )
-    # When it is migrated to the current version
-    migrate(connection)
+    # When it is migrated to version 4
+    migrate(connection, target=4)
     # Then each message links to its parent's row, and paths read as before
     links = dict(
         connection.execute(
@@ -132,9 +132,33 @@ def test_version_4_links_existing_messages_to_their_parent_rows() -> None:
         ).fetchall()
     )
     assert links == {"r": None, "a": "r", "b": "r", "c": "b", "o": None}
+    # (the queries need the path totals of version 7; version 8 re-projects the sessions)
+    migrate(connection, target=7)
     queries = SqliteSessionQueries(connection)
     assert [m["id"] for m in queries.history("ns", "s", "c")] == ["r", "b", "c"]
     assert [m["id"] for m in queries.history("ns", "s", "o")] == ["o"]
+
+
+def test_the_session_state_migration_projects_the_sessions_again() -> None:
+    # Given a version-4 database whose sessions and context projections are at sequence 7
+    connection = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(connection, target=4)
+    connection.execute(
+        "INSERT INTO session_keys (sid, namespace, session_id) VALUES (1, 'ns', 's')"
+    )
+    connection.execute(
+        "INSERT INTO messages (sid, id, parent_id, role, content, bytes, position, created_at) "
+        "VALUES (1, 'm1', NULL, 'user', '{}', 2, 7168, '')"
+    )
+    connection.execute("INSERT INTO tracking VALUES ('sessions', 7), ('context', 7)")
+    # When it is migrated to the current version
+    migrate(connection)
+    # Then its sessions have a decision-state table, and the sessions projection starts over
+    # (rows projected before have no state row), while the context projection is kept
+    assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
+    assert connection.execute("SELECT count(*) FROM session_keys").fetchone()[0] == 0
+    assert connection.execute("SELECT count(*) FROM session_state").fetchone()[0] == 0
+    assert connection.execute("SELECT * FROM tracking").fetchall() == [("context", 7)]
 
 
 def test_migrate_is_idempotent(store: Store) -> None:
@@ -824,8 +848,8 @@ def test_version_7_gives_existing_messages_their_path_totals_and_sessions_their_
             "(SELECT mid FROM messages WHERE sid = 1 AND id = ?), 'user', ?, ?, ?, '')",
             (message_id, parent_id, parent_id, json.dumps(msg(message_id)), size, position),
         )
-    # When it is migrated to the current version
-    migrate(connection)
+    # When it is migrated to version 7 (version 8 re-projects the sessions from the log)
+    migrate(connection, target=7)
     # Then each message has its depth and the bytes of its path, and the session its count
     totals = {
         r[0]: (r[1], r[2]) for r in connection.execute("SELECT id, depth, path_bytes FROM messages")

@@ -1,0 +1,179 @@
+"""Sessions restored from the SQLite read model: the snapshot a writer decides commands on.
+
+The sessions projection keeps, in the same transaction as a session's messages, the stream
+sequence and version of the session's last event, its frozen prompt and loaded skills
+(``session_state``). A session restored from them looks its messages up lazily, row by row, so a
+command on a 100,000-message session reads the handful of rows it needs. Every read happens
+inside :meth:`SqliteSessionSnapshots.reading` (one read transaction), so the rows and the
+recorded position belong to the same moment — or, between readings, is one statement that also
+reads the session's recorded position and refuses an answer from outside the range the writer
+allows (:meth:`SqliteSessionSnapshots.guard`), so a command on a session the writer holds costs
+one statement per message id it has not seen.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from memstream.domain.message_index import NO_MESSAGES, StoredMessages, StoredMessagesMoved
+from memstream.domain.session import Session
+
+# A stored message carries its children count; an id that is not stored (deleted, with orphans
+# still pointing at it) is counted on the children index.
+_PROBE = (
+    "SELECT m.parent_id, m.position, coalesce(m.child_count, "
+    "(SELECT count(*) FROM messages WHERE sid = ?1 AND parent_id = ?2)) "
+    "FROM (SELECT 1) LEFT JOIN messages AS m ON m.sid = ?1 AND m.id = ?2"
+)
+# The same, with the session's recorded position (NULL if its rows were renumbered).
+_GUARDED_PROBE = (
+    "SELECT m.parent_id, m.position, coalesce(m.child_count, "
+    "(SELECT count(*) FROM messages WHERE sid = ?1 AND parent_id = ?2)), "
+    "(SELECT last_seq FROM session_state WHERE namespace = ?3 AND session_id = ?4 AND sid = ?1) "
+    "FROM (SELECT 1) LEFT JOIN messages AS m ON m.sid = ?1 AND m.id = ?2"
+)
+
+
+class _Window:
+    """Where lookups may run: inside a reading (``low`` None: any position), or guarded (the
+    recorded position within ``low..high``)."""
+
+    __slots__ = ("high", "low")
+
+    def __init__(self) -> None:
+        self.low: int | None = None
+        self.high = 0
+
+
+class SqliteStoredMessages:
+    """One session's message rows (:class:`StoredMessages` over the ``messages`` table)."""
+
+    __slots__ = ("connection", "key", "sid", "window")
+
+    def __init__(
+        self, connection: sqlite3.Connection, sid: int, key: tuple[str, str], window: _Window
+    ) -> None:
+        self.connection = connection
+        self.sid = sid
+        self.key = key
+        self.window = window
+
+    def probe(self, message_id: str) -> tuple[tuple[str | None, int] | None, int]:
+        window = self.window
+        if window.low is None:
+            parent_id, position, count = self.connection.execute(
+                _PROBE, (self.sid, message_id)
+            ).fetchone()
+        else:
+            parent_id, position, count, seq = self.connection.execute(
+                _GUARDED_PROBE, (self.sid, message_id, *self.key)
+            ).fetchone()
+            if seq is None or not window.low <= seq <= window.high:
+                raise StoredMessagesMoved(f"session {self.key[1]!r} is at {seq}")
+        return (None if position is None else (parent_id, int(position))), int(count)
+
+    def leaves(self, below: int | None, limit: int) -> Sequence[tuple[str, int]]:
+        if self.window.low is not None:
+            raise StoredMessagesMoved("the latest leaf is looked up inside a reading")
+        rows = self.connection.execute(
+            "SELECT id, position FROM messages WHERE sid = ? AND child_count = 0 "
+            "AND position < ? ORDER BY position DESC LIMIT ?",
+            (self.sid, 2**63 - 1 if below is None else below, limit),
+        ).fetchall()
+        return [(str(r[0]), int(r[1])) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSnapshot:
+    """A session as the read model holds it: at stream sequence ``seq`` (0: no event yet)."""
+
+    namespace: str
+    session_id: str
+    seq: int
+    version: int
+    frozen_prompt: str | None
+    loaded_skills: tuple[str, ...]
+    messages: StoredMessages
+
+    def restore(self) -> Session:
+        """The Session aggregate as of :attr:`seq` (valid inside the reading it came from, and
+        in later readings while the session's recorded position stays the same)."""
+        return Session.restore(
+            self.namespace,
+            self.session_id,
+            version=self.version,
+            messages=self.messages,
+            frozen_prompt=self.frozen_prompt,
+            loaded_skills=self.loaded_skills,
+        )
+
+    def rebind(self, session: Session) -> None:
+        """Point a session restored earlier at this reading's rows (same content at the same
+        position, but a rebuilt read model numbers its rows anew)."""
+        session.messages.rebind(self.messages)
+
+
+class SqliteSessionSnapshots:
+    """Snapshots of a namespace's sessions from the sessions read model."""
+
+    def __init__(self, connection: sqlite3.Connection, namespace: str) -> None:
+        self.connection = connection
+        self.namespace = namespace
+        self._window = _Window()
+
+    def reading(self) -> _Reading:
+        """One read transaction (a consistent view) for a snapshot and the lookups after it."""
+        self._window.low = None
+        return _Reading(self.connection)
+
+    def guard(self, low: int, high: int) -> None:
+        """Until the next reading, lookups run on their own and refuse (raising
+        :class:`StoredMessagesMoved`) a session whose recorded position is outside
+        ``low..high`` or whose rows were renumbered."""
+        self._window.low = low
+        self._window.high = high
+
+    def snapshot(self, session_id: str) -> SessionSnapshot:
+        """The session as of the read model's last event of it (seq 0 if it has none)."""
+        row = self.connection.execute(
+            "SELECT last_seq, version, frozen_prompt, loaded_skills, sid FROM session_state "
+            "WHERE namespace = ? AND session_id = ?",
+            (self.namespace, session_id),
+        ).fetchone()
+        if row is None:
+            return SessionSnapshot(self.namespace, session_id, 0, 0, None, (), NO_MESSAGES)
+        seq, version, prompt, skills, sid = row
+        messages = (
+            NO_MESSAGES
+            if sid is None
+            else SqliteStoredMessages(
+                self.connection, sid, (self.namespace, session_id), self._window
+            )
+        )
+        loaded = () if skills == "[]" else tuple(json.loads(skills))
+        return SessionSnapshot(
+            self.namespace, session_id, int(seq), int(version), prompt, loaded, messages
+        )
+
+
+class _Reading:
+    """A read transaction on a connection (nothing new when the caller has one open)."""
+
+    __slots__ = ("connection", "opened")
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.connection = connection
+        self.opened = False
+
+    def __enter__(self) -> None:
+        if not self.connection.in_transaction:
+            self.connection.execute("BEGIN")
+            self.opened = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.opened:
+            self.opened = False
+            self.connection.execute("COMMIT")
