@@ -25,7 +25,8 @@ from memstream.session import Session
 from memstream.settings import Settings
 from memstream.workers.aggregate_store import AggregateStore
 from memstream.workers.codec import CommandMeta
-from memstream.workers.embedded import EmbeddedRuntime
+from memstream.workers.data_dir import prepare_data_dir, private_database
+from memstream.workers.embedded import EmbeddedRuntime, connect_embedded
 from memstream.workers.event_log import EventLog, connect_nats
 from memstream.workers.position import Demand, PositionWatch
 from memstream.workers.projector import DEFAULT_LINGER, ProjectorWorker
@@ -218,27 +219,34 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
     url = settings.nats_url
     if url is None:
         runtime = await asyncio.to_thread(EmbeddedRuntime.acquire, settings.data_dir)
-        url = runtime.url
     else:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(prepare_data_dir, settings.data_dir)
     client: Client | None = None
     try:
-        client = await connect_nats(
-            url,
-            user=settings.nats_user,
-            password=settings.nats_password,
-            token=settings.nats_token,
-            creds=settings.nats_creds,
-        )
-        log = EventLog(client, settings.stream, timeout=settings.write_timeout)
-        await log.ensure_stream()
-        connection = open_database(settings.database_path)
+        if runtime is not None:
+            # Waits (bounded) while the owner's server starts or restarts; uses its token.
+            log = await connect_embedded(
+                runtime,
+                lambda c: EventLog(c, settings.stream, timeout=settings.write_timeout),
+            )
+            client = log.client
+        else:
+            client = await connect_nats(
+                str(url),
+                user=settings.nats_user,
+                password=settings.nats_password,
+                token=settings.nats_token,
+                creds=settings.nats_creds,
+            )
+            log = EventLog(client, settings.stream, timeout=settings.write_timeout)
+            await log.ensure_stream()
+        connection = open_database(private_database(settings.database_path))
     except BaseException:
         if client is not None:  # e.g. the stream could not be created: leave nothing open
             with contextlib.suppress(Exception):
                 await client.close()
         if runtime is not None:
-            runtime.release()
+            await asyncio.to_thread(runtime.release)
         raise
     ms = Memstream(settings, client, log, connection, runtime)
     run_workers = workers if workers is not None else (runtime is not None and runtime.owner)

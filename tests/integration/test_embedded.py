@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from memstream.client import open_memstream
@@ -45,3 +52,112 @@ async def test_second_client_uses_the_running_server_and_takes_over(tmp_path: Pa
     finally:
         await guest.close()
         await owner.close()
+
+
+CLIENT = Path(__file__).resolve().parents[1] / "support" / "embedded_client.py"
+MEMSTREAM = str(Path(sys.executable).parent / "memstream")
+
+
+def _client_env(data_dir: Path) -> dict[str, str]:
+    """This environment without MEMSTREAM_* settings: the embedded server of ``data_dir``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
+    env["MEMSTREAM_DATA_DIR"] = str(data_dir)
+    return env
+
+
+def _run_client(data_dir: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(CLIENT), args[0], str(data_dir), *args[1:]],
+        env=_client_env(data_dir),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_six_processes_connect_at_once_to_a_fresh_data_dir(tmp_path: Path) -> None:
+    # Given a data dir nobody has used, and six processes that connect at the same moment
+    data_dir = tmp_path / "fresh"
+    start_at = time.time() + 3  # each has imported memstream by then
+    clients = [_run_client(data_dir, "append", f"s{i}", str(start_at)) for i in range(6)]
+    # When each appends a message to its own session and reads it back
+    results = [client.communicate(timeout=120) for client in clients]
+    # Then every one succeeds: one of them started the server and the others waited for it
+    for client, (_, err) in zip(clients, results, strict=True):
+        assert client.returncode == 0, err
+        assert "Traceback" not in err
+    assert [json.loads(out) for out, _ in results] == [[f"m-s{i}"] for i in range(6)]
+    # And a seventh process, started after they exited, sees all six sessions
+    out, err = _run_client(data_dir, "read").communicate(timeout=120)
+    assert json.loads(out) == {f"s{i}": [f"m-s{i}"] for i in range(6)}, err
+    # And the last of them stopped the server and left no owner behind
+    assert not (data_dir / "runtime.json").exists()
+
+
+def _wait_for_line(process: subprocess.Popen[str], timeout: float = 60) -> str:
+    """The next stdout line of ``process`` (bounded: a stuck process fails the test)."""
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    assert ready, f"no output within {timeout} s"
+    line = process.stdout.readline()
+    assert line, process.stderr.read() if process.stderr else "exited"
+    return line
+
+
+def test_the_owner_restarts_a_killed_nats_server_and_writes_resume(tmp_path: Path) -> None:
+    # Given `memstream up` owning a data dir and a guest process that has appended 20 messages
+    data_dir = tmp_path / "data"
+    log = tmp_path / "up.log"
+    with log.open("w") as sink:
+        up = subprocess.Popen([MEMSTREAM, "up"], env=_client_env(data_dir), stdout=sink,
+                              stderr=sink, text=True)  # fmt: skip
+    guest: subprocess.Popen[str] | None = None
+    try:
+        deadline = time.monotonic() + 60
+        while "memstream is up" not in log.read_text():
+            assert up.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        guest = _run_client(data_dir, "writer", "chat", "20")
+        assert _wait_for_line(guest) == "ready\n"
+        before = json.loads((data_dir / "runtime.json").read_text())
+        # When the nats-server child is killed
+        os.kill(before["server_pid"], signal.SIGKILL)
+        # Then the guest's next write succeeds within seconds, on its own reconnected client
+        assert guest.stdin is not None
+        guest.stdin.write("go after-kill\n")
+        guest.stdin.flush()
+        resumed = json.loads(_wait_for_line(guest))
+        assert resumed["seconds"] < 8, resumed
+        # And a new process writes too, to the server restarted on the same port
+        started = time.monotonic()
+        fresh = _run_client(data_dir, "append", "fresh", "0")
+        out, err = fresh.communicate(timeout=120)
+        assert fresh.returncode == 0, err
+        assert json.loads(out) == ["m-fresh"]
+        assert time.monotonic() - started < 15
+        after = json.loads((data_dir / "runtime.json").read_text())
+        assert after["port"] == before["port"]
+        assert after["server_pid"] != before["server_pid"]
+        # And nothing acknowledged before the kill is lost
+        out, err = guest.communicate(timeout=60)  # end of its input: it prints its history
+        assert guest.returncode == 0, err
+        assert json.loads(out) == [f"before-{i}" for i in range(20)] + ["after-kill"]
+        # And the owner said what happened, with the exit code, and that it restarted the server
+        text = log.read_text()
+        assert (
+            f"the embedded nats-server (pid {before['server_pid']}, port {before['port']}) "
+            "exited with code -9 (SIGKILL); restarting it on the same port and store"
+        ) in text
+        assert f"restarted the embedded nats-server on port {before['port']}" in text
+    finally:
+        if guest is not None:
+            if guest.poll() is None:
+                guest.kill()
+            guest.communicate(timeout=60)  # and closes its pipes
+        up.send_signal(signal.SIGTERM)
+        code = up.wait(timeout=60)
+    assert code == 0, log.read_text()
+    assert not (data_dir / "runtime.json").exists()
+    print(f"write resumed {resumed['seconds']:.2f} s after the kill ({resumed['attempts']} tries)")
