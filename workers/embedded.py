@@ -209,7 +209,8 @@ class EmbeddedRuntime:
         self.port = 0
         self._clients_fd: int | None = clients_fd
         self._owner_fd: int | None = None
-        self._server_lock = threading.Lock()
+        self._state_lock = threading.Lock()  # ownership changes: take-over and release
+        self._server_lock = threading.Lock()  # the server process: restart and stop
         self._stop_supervisor = threading.Event()
         self._supervisor: threading.Thread | None = None
 
@@ -271,23 +272,26 @@ class EmbeddedRuntime:
     def try_take_over(self) -> bool:
         """Become the owner if there is none: adopt the server if it still runs, else start it
         (from the same store, on the same port when free). True if this process owns it."""
-        if self.owner:
+        # A watchdog thread may still be in here when its task is cancelled and the client
+        # releases: the lock keeps this process from becoming an owner after it let go.
+        with self._state_lock:
+            if self.owner:
+                return True
+            if self._clients_fd is None:
+                return False  # released
+            fd = open_private(self.data_dir / OWNER_LOCK, os.O_RDWR)
+            if not _try_flock(fd, fcntl.LOCK_EX):
+                os.close(fd)
+                return False
+            try:
+                self._become_owner()
+            except BaseException:
+                os.close(fd)
+                raise
+            self._owner_fd = fd
+            self.owner = True
+            self._start_supervisor()
             return True
-        if self._clients_fd is None:
-            return False  # released
-        fd = open_private(self.data_dir / OWNER_LOCK, os.O_RDWR)
-        if not _try_flock(fd, fcntl.LOCK_EX):
-            os.close(fd)
-            return False
-        try:
-            self._become_owner()
-        except BaseException:
-            os.close(fd)
-            raise
-        self._owner_fd = fd
-        self.owner = True
-        self._start_supervisor()
-        return True
 
     def _become_owner(self) -> None:
         runtime_path = self.data_dir / RUNTIME_FILE
@@ -402,6 +406,10 @@ class EmbeddedRuntime:
     def release(self) -> None:
         """Stop using the server. The last process using it stops it; an owner that is not
         the last leaves it running for the others, one of which takes it over."""
+        with self._state_lock:
+            self._release()
+
+    def _release(self) -> None:
         if self._supervisor is not None:
             self._stop_supervisor.set()
             self._supervisor.join()
