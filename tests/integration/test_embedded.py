@@ -32,8 +32,8 @@ async def test_second_client_uses_the_running_server_and_takes_over(tmp_path: Pa
         assert [m["id"] for m in await guest.session("s").get_history()] == ["m1"]
         # When the owner exits
         await owner.close()
-        # Then the guest takes ownership, restarts the server from the same store, runs the
-        # projector, and nothing acknowledged is lost
+        # Then the guest takes ownership (of the server the owner left running for it), runs
+        # the projector, and nothing acknowledged is lost
         async with asyncio.timeout(30):
             while True:
                 if guest.runtime.owner and guest.projector is not None:
@@ -52,6 +52,33 @@ async def test_second_client_uses_the_running_server_and_takes_over(tmp_path: Pa
     finally:
         await guest.close()
         await owner.close()
+
+
+async def test_an_owner_that_exits_leaves_the_server_to_its_guest(tmp_path: Path) -> None:
+    # Given an owner and a guest on a data dir
+    data_dir = tmp_path / "data"
+    owner = await open_memstream(Settings(data_dir=data_dir))
+    guest = await open_memstream(Settings(data_dir=data_dir))
+    try:
+        assert owner.runtime is not None
+        assert guest.runtime is not None
+        server_pid = owner.runtime.server_pid
+        # When the owner exits
+        await owner.close()
+        # Then the server keeps running: the guest's next write succeeds at once, unretried
+        await guest.session("s").append_message({"id": "m1", "role": "user", "content": "one"})
+        # And the guest adopts that same server and runs the projector for its reads
+        assert [m["id"] for m in await guest.session("s").get_history()] == ["m1"]
+        assert guest.runtime.owner
+        assert guest.runtime.server_pid == server_pid
+        assert json.loads((data_dir / "runtime.json").read_text())["server_pid"] == server_pid
+        assert _servers_of(data_dir) == [server_pid]
+    finally:
+        await guest.close()
+        await owner.close()
+    # And the last one out stopped it
+    assert _servers_of(data_dir) == []
+    assert not (data_dir / "runtime.json").exists()
 
 
 CLIENT = Path(__file__).resolve().parents[1] / "support" / "embedded_client.py"
@@ -93,6 +120,22 @@ def test_six_processes_connect_at_once_to_a_fresh_data_dir(tmp_path: Path) -> No
     assert json.loads(out) == {f"s{i}": [f"m-s{i}"] for i in range(6)}, err
     # And the last of them stopped the server and left no owner behind
     assert not (data_dir / "runtime.json").exists()
+    assert _servers_of(data_dir) == []
+
+
+def _servers_of(data_dir: Path) -> list[int]:
+    """Pids of live nats-servers started for ``data_dir`` (found by their config path)."""
+    config = str((data_dir / "nats-server.conf").resolve()).encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if config in cmdline and state != "Z":
+            found.append(int(proc.name))
+    return found
 
 
 def _wait_for_line(process: subprocess.Popen[str], timeout: float = 60) -> str:
@@ -162,6 +205,7 @@ def test_the_owner_restarts_a_killed_nats_server_and_writes_resume(tmp_path: Pat
         code = up.wait(timeout=60)
     assert code == 0, log.read_text()
     assert not (data_dir / "runtime.json").exists()
+    assert _servers_of(data_dir) == []
     print(f"write resumed {resumed['seconds']:.2f} s after the kill ({resumed['attempts']} tries)")
 
 
@@ -194,3 +238,4 @@ def test_a_worker_process_owns_the_embedded_server_and_cli_commands_use_it(tmp_p
         code = worker.wait(timeout=60)
     assert code == 0, log.read_text()
     assert not (data_dir / "runtime.json").exists()
+    assert _servers_of(data_dir) == []
