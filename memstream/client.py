@@ -15,7 +15,7 @@ from eventsourcing.domain import Aggregate
 from nats.aio.client import Client
 
 from memstream.domain.context import ContextDocument, SearchIndex
-from memstream.domain.errors import InvalidInputError
+from memstream.domain.errors import InvalidInputError, MemstreamError
 from memstream.domain.limits import check_namespace, check_session_id
 from memstream.domain.session import Session as SessionAggregate
 from memstream.projections.sqlite.context_queries import SqliteContextQueries
@@ -179,8 +179,11 @@ class Memstream:
 
         async def watch() -> None:
             while True:
-                if await asyncio.to_thread(runtime.try_take_over):
-                    break
+                try:
+                    if await asyncio.to_thread(runtime.try_take_over):
+                        break
+                except (MemstreamError, OSError) as error:  # e.g. the server did not start
+                    logger.warning("cannot take over the embedded NATS server: %s", error)
                 await asyncio.sleep(interval)
             logger.info("took over the embedded NATS server of %s", runtime.data_dir)
             if run_workers:
