@@ -15,7 +15,7 @@ from eventsourcing.domain import Aggregate
 from nats.aio.client import Client
 
 from memstream.domain.context import ContextDocument, SearchIndex
-from memstream.domain.errors import InvalidInputError, MemstreamError
+from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import check_namespace, check_session_id
 from memstream.domain.session import Session as SessionAggregate
 from memstream.projections.sqlite.context_queries import SqliteContextQueries
@@ -26,7 +26,7 @@ from memstream.settings import Settings
 from memstream.workers.aggregate_store import AggregateStore
 from memstream.workers.codec import CommandMeta
 from memstream.workers.data_dir import prepare_data_dir, private_database
-from memstream.workers.embedded import EmbeddedRuntime, connect_embedded
+from memstream.workers.embedded import EmbeddedRuntime
 from memstream.workers.event_log import EventLog, connect_nats
 from memstream.workers.position import Demand, PositionWatch
 from memstream.workers.projector import DEFAULT_LINGER, ProjectorWorker
@@ -182,7 +182,7 @@ class Memstream:
                 try:
                     if await asyncio.to_thread(runtime.try_take_over):
                         break
-                except (MemstreamError, OSError) as error:  # e.g. the server did not start
+                except Exception as error:  # e.g. the server did not start: keep watching
                     logger.warning("cannot take over the embedded NATS server: %s", error)
                 await asyncio.sleep(interval)
             logger.info("took over the embedded NATS server of %s", runtime.data_dir)
@@ -221,29 +221,25 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
     runtime: EmbeddedRuntime | None = None
     url = settings.nats_url
     if url is None:
+        # Waits (bounded) while another process starts the server, never failing for it.
         runtime = await asyncio.to_thread(EmbeddedRuntime.acquire, settings.data_dir)
+        url = runtime.url
     else:
         await asyncio.to_thread(prepare_data_dir, settings.data_dir)
     client: Client | None = None
     try:
-        if runtime is not None:
-            # Waits (bounded) while the owner's server starts or restarts; uses its token.
-            log = await connect_embedded(
-                runtime,
-                lambda c: EventLog(c, settings.stream, timeout=settings.write_timeout),
-            )
-            client = log.client
-        else:
-            client = await connect_nats(
-                str(url),
-                user=settings.nats_user,
-                password=settings.nats_password,
-                token=settings.nats_token,
-                creds=settings.nats_creds,
-            )
-            log = EventLog(client, settings.stream, timeout=settings.write_timeout)
-            await log.ensure_stream()
-        connection = open_database(private_database(settings.database_path))
+        await asyncio.to_thread(private_database, settings.database_path)  # 0600, -wal too
+        client = await connect_nats(
+            url,
+            user=settings.nats_user,
+            password=settings.nats_password,
+            # The embedded server takes only its data dir's token.
+            token=runtime.token if runtime is not None else settings.nats_token,
+            creds=settings.nats_creds,
+        )
+        log = EventLog(client, settings.stream, timeout=settings.write_timeout)
+        await log.ensure_stream()
+        connection = open_database(settings.database_path)
     except BaseException:
         if client is not None:  # e.g. the stream could not be created: leave nothing open
             with contextlib.suppress(Exception):

@@ -15,7 +15,6 @@ line, a log line or an error message.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import json
@@ -30,12 +29,9 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from nats.aio.client import Client
 
 from memstream.domain.errors import UnavailableError
 from memstream.workers.data_dir import (
@@ -45,7 +41,6 @@ from memstream.workers.data_dir import (
     private_dir,
     write_private,
 )
-from memstream.workers.event_log import EventLog, connect_nats
 
 logger = logging.getLogger(__name__)
 
@@ -445,36 +440,6 @@ class EmbeddedRuntime:
                 _stop_ours(pid, self.data_dir)
             with contextlib.suppress(OSError):
                 (self.data_dir / RUNTIME_FILE).unlink()
-
-
-async def connect_embedded(
-    runtime: EmbeddedRuntime, open_log: Callable[[Client], EventLog], *, name: str = "memstream"
-) -> EventLog:
-    """Connect to the runtime's server with its token and make sure the stream exists.
-
-    While the server is (re)starting this waits, bounded, instead of failing; if its owner went
-    away with it meanwhile, this process takes it over.
-
-    Raises:
-        UnavailableError: still unreachable after :data:`ACQUIRE_TIMEOUT`.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + ACQUIRE_TIMEOUT
-    while True:
-        client: Client | None = None
-        try:
-            client = await connect_nats(runtime.url, name=name, token=runtime.token)
-            log = open_log(client)
-            await log.ensure_stream()
-            return log
-        except UnavailableError:
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    await client.close()
-            if loop.time() > deadline:
-                raise
-        await asyncio.to_thread(runtime.try_take_over)
-        await asyncio.sleep(0.1)
 
 
 # Servers this process started and left running for others: kept referenced so that they are
