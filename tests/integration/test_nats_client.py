@@ -137,6 +137,11 @@ async def _echo(msg: Msg) -> None:
     await msg.respond(msg.data)
 
 
+def _state(pid: int) -> str:
+    """The process state letter from /proc (``T`` once a SIGSTOP has taken effect)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 async def test_a_write_lost_with_its_connection_is_sent_again_on_reconnect(tmp_path: Path) -> None:
     # Given a stream on a server, and a client that has written one message to it
     port = free_port()
@@ -149,6 +154,10 @@ async def test_a_write_lost_with_its_connection_is_sent_again_on_reconnect(tmp_p
         await log.publish("ms.a", [OutgoingMessage(b"one", {}, "id-1")], None)
         # When the next write goes out to a server that is frozen and then killed
         server.process.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while _state(server.process.pid) != "T":  # stopped before it can read the write
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
         sent = client.stats["out_msgs"]
         write = asyncio.create_task(
             log.publish("ms.a", [OutgoingMessage(b"two", {}, "id-2")], None)
