@@ -195,7 +195,8 @@ class Memstream:
         """Stop workers, close connections, and release the embedded server if owned."""
         if self._watchdog is not None:
             self._watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # A take-over whose projector failed to start must not keep us from releasing.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._watchdog
             self._watchdog = None
         if self.projector is not None:

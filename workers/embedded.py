@@ -15,6 +15,7 @@ line, a log line or an error message.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import json
@@ -241,6 +242,9 @@ class EmbeddedRuntime:
                     )
                 time.sleep(0.02)
             runtime = cls(data_dir, clients_fd)
+            # Released at exit even if the process ends on an exception before it closes: an
+            # owner that never releases would leave its server running for nobody.
+            atexit.register(runtime.release)
         except BaseException:
             os.close(clients_fd)
             raise
@@ -412,6 +416,7 @@ class EmbeddedRuntime:
         clients_fd, self._clients_fd = self._clients_fd, None
         if clients_fd is None:
             return
+        atexit.unregister(self.release)
         try:
             fcntl.flock(clients_fd, fcntl.LOCK_UN)
             # Whoever gets this exclusively after dropping its share is the last one out.

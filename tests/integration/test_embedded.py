@@ -239,3 +239,38 @@ def test_a_worker_process_owns_the_embedded_server_and_cli_commands_use_it(tmp_p
     assert code == 0, log.read_text()
     assert not (data_dir / "runtime.json").exists()
     assert _servers_of(data_dir) == []
+
+
+CRASH_BEFORE_CLOSE = """
+import asyncio, sys
+from pathlib import Path
+from memstream.client import open_memstream
+from memstream.settings import Settings
+
+async def main() -> None:
+    ms = await open_memstream(Settings(data_dir=Path(sys.argv[1])))
+    print(ms.runtime.server_pid, flush=True)
+    raise RuntimeError("crashed before close")
+
+asyncio.run(main())
+"""
+
+
+def test_an_owner_that_ends_on_an_exception_before_closing_stops_its_server(
+    tmp_path: Path,
+) -> None:
+    # Given a process that owns a data dir's server and ends on an exception, never closing
+    data_dir = tmp_path / "data"
+    result = subprocess.run(
+        [sys.executable, "-c", CRASH_BEFORE_CLOSE, str(data_dir)],
+        env=_client_env(data_dir),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "crashed before close" in result.stderr
+    assert int(result.stdout) > 0
+    # Then its server did not outlive it, and no owner is recorded
+    assert _servers_of(data_dir) == []
+    assert not (data_dir / "runtime.json").exists()
