@@ -18,6 +18,7 @@ from memstream.cli.demo import run_demo
 from memstream.cli.output import note, show_demo, show_platform
 from memstream.domain.redaction import redact_url
 from memstream.workers.apps import create_app, nats_security, require_worker
+from memstream.workers.data_dir import prepare_data_dir, private_database
 from memstream.workers.embedded import EmbeddedRuntime
 from memstream.workers.projector import DEFAULT_LINGER, claim_copy
 from memstream.workers.service import WorkerConfig
@@ -101,25 +102,33 @@ def worker(
     if url is None:
         runtime = EmbeddedRuntime.acquire(settings.data_dir)
         if not runtime.owner:  # its owner runs the workers; a second projector would race it
+            runtime.release()
             raise InvalidInputError(
                 f"another process owns {settings.data_dir} ({runtime.url}) and runs its workers; "
                 "set MEMSTREAM_NATS_URL to run workers apart from it"
             )
         url = runtime.url
     else:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        prepare_data_dir(settings.data_dir)
     try:
         # One read-model copy has one projector: refuse now, in one line, if one runs.
         lock = claim_copy(settings.database_path)
         configure_logging()
         config = WorkerConfig(
-            nats_url=url, stream=settings.stream, database=settings.database_path, linger=linger
+            nats_url=url,
+            stream=settings.stream,
+            database=private_database(settings.database_path),
+            linger=linger,
         )
-        security = nats_security(
-            user=settings.nats_user,
-            password=settings.nats_password,
-            token=settings.nats_token,
-            creds=settings.nats_creds,
+        security = (
+            nats_security(token=runtime.token)  # the embedded server takes its data dir's token
+            if runtime is not None
+            else nats_security(
+                user=settings.nats_user,
+                password=settings.nats_password,
+                token=settings.nats_token,
+                creds=settings.nats_creds,
+            )
         )
         note(f"worker {name}: NATS {url}, stream {settings.stream}, database {config.database}")
         run(create_app(config, name, security=security, lock=lock).run())

@@ -40,6 +40,7 @@ from memstream.session import Session
 from memstream.settings import Settings
 from memstream.workers.aggregate_store import AggregateStore
 from memstream.workers.codec import CommandMeta
+from memstream.workers.data_dir import prepare_data_dir, private_database
 from memstream.workers.embedded import EmbeddedRuntime
 from memstream.workers.event_log import EventLog, connect_nats
 from memstream.workers.position import Demand, PositionWatch
@@ -260,8 +261,11 @@ class Memstream:
 
         async def watch() -> None:
             while True:
-                if await asyncio.to_thread(runtime.try_take_over):
-                    break
+                try:
+                    if await asyncio.to_thread(runtime.try_take_over):
+                        break
+                except Exception as error:  # e.g. the server did not start: keep watching
+                    logger.warning("cannot take over the embedded NATS server: %s", error)
                 await asyncio.sleep(interval)
             logger.info("took over the embedded NATS server of %s", runtime.data_dir)
             if run_workers:
@@ -293,7 +297,8 @@ class Memstream:
         """Stop workers, close connections, and release the embedded server if owned."""
         if self._watchdog is not None:
             self._watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # A take-over whose projector failed to start must not keep us from releasing.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._watchdog
             self._watchdog = None
         if self.projector is not None:
@@ -319,18 +324,21 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
     runtime: EmbeddedRuntime | None = None
     url = settings.nats_url
     if url is None:
+        # Waits (bounded) while another process starts the server, never failing for it.
         runtime = await asyncio.to_thread(EmbeddedRuntime.acquire, settings.data_dir)
         url = runtime.url
     else:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(prepare_data_dir, settings.data_dir)
     client: Client | None = None
     run_workers = workers if workers is not None else (runtime is not None and runtime.owner)
     try:
+        await asyncio.to_thread(private_database, settings.database_path)  # 0600, -wal too
         client = await connect_nats(
             url,
             user=settings.nats_user,
             password=settings.nats_password,
-            token=settings.nats_token,
+            # The embedded server takes only its data dir's token.
+            token=runtime.token if runtime is not None else settings.nats_token,
             creds=settings.nats_creds,
         )
         log = EventLog(client, settings.stream, timeout=settings.write_timeout)
@@ -344,7 +352,7 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
             with contextlib.suppress(Exception):
                 await client.close()
         if runtime is not None:
-            runtime.release()
+            await asyncio.to_thread(runtime.release)
         raise
     ms = Memstream(settings, client, log, connection, runtime)
     ms.connected_seq = connected_seq

@@ -13,6 +13,10 @@ task, and every request draws a random token (a ``getrandom`` system call) and w
 instead hands each message to a plain function as it is read; requests use one such
 subscription, a counter for their tokens and a timer handle. Publishing an event and
 receiving it in the projector each cost one task switch less.
+
+A request that carries a ``Nats-Msg-Id`` (every append) and was written to a connection that
+then died is sent again when the client reconnects, so a write in flight when the server is
+killed or restarted completes instead of timing out; the log drops a second copy.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ _VALUE_NEWLINES = str.maketrans({"\r": " ", "\n": " "})
 # What ``str.isspace`` finds in an ASCII header name once ``bytes.strip`` has trimmed it.
 _NAME_SPACE = re.compile(rb"[\t\n\x0b\x0c\r\x1c-\x1f ]")
 _PREFIX_CACHE_SIZE = 256
+_MSG_ID = "Nats-Msg-Id"
 
 
 class MemstreamNatsClient(Client):
@@ -46,6 +51,10 @@ class MemstreamNatsClient(Client):
         self._replies: dict[str, asyncio.Future[Msg]] = {}  # request token → its reply
         self._reply_prefix = ""
         self._request_count = 0
+        # Idempotent requests (they carry a Nats-Msg-Id) awaiting their reply, with the number
+        # of the connection they went out on: one that died with its connection is sent again.
+        self._in_flight: dict[str, tuple[int, str, bytes, dict[str, Any]]] = {}
+        self._connection_number = 0
 
     async def subscribe_direct(self, subject: str, handler: Callable[[Msg], None]) -> Subscription:
         """Subscribe ``handler``, called with each message as soon as it is read (on the
@@ -78,6 +87,7 @@ class MemstreamNatsClient(Client):
         # nats-py drops every subscription here: a later connect() subscribes for replies anew.
         self._direct.clear()
         self._reply_prefix = ""
+        self._in_flight.clear()
 
     def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:
         super()._remove_sub(sid, max_msgs)
@@ -102,6 +112,10 @@ class MemstreamNatsClient(Client):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Msg] = loop.create_future()
         self._replies[token] = future
+        if headers is not None and _MSG_ID in headers:
+            # While reconnecting, nats-py queues it for the next connection.
+            number = self._connection_number + (0 if self.is_connected else 1)
+            self._in_flight[token] = (number, subject, payload, headers)
         expiry = loop.call_later(timeout, _expire, future)
         try:
             await self.publish(subject, payload, reply=self._reply_prefix + token, headers=headers)
@@ -109,6 +123,25 @@ class MemstreamNatsClient(Client):
         finally:
             expiry.cancel()
             del self._replies[token]
+            self._in_flight.pop(token, None)
+
+    async def _process_connect_init(self) -> None:
+        reconnecting = self.is_reconnecting
+        await super()._process_connect_init()
+        if not reconnecting:
+            return
+        # A request written to a connection that then died (a server killed or restarted) was
+        # lost with it: queue it again, after the resubscriptions nats-py sends next. The log
+        # drops a copy it already stored (same Nats-Msg-Id) and acknowledges it as a duplicate.
+        lost, self._connection_number = self._connection_number, self._connection_number + 1
+        for token, (number, subject, payload, headers) in self._in_flight.items():
+            if number == lost:
+                command = prot_command.hpub_cmd(
+                    subject, self._reply_prefix + token, self._header_block(headers), payload
+                )
+                self._pending.append(command)
+                self._pending_data_size += len(command)
+                self._in_flight[token] = (self._connection_number, subject, payload, headers)
 
     def _reply(self, msg: Msg) -> None:
         future = self._replies.get(msg.subject[len(self._reply_prefix) :])

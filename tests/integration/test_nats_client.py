@@ -4,15 +4,17 @@ subscriptions delivered straight to a function, behave as nats-py's own."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import nats.errors
 import pytest
 from nats.aio.msg import Msg
 
-from memstream.workers.embedded import NatsServerProcess
-from memstream.workers.event_log import connect_nats
+from memstream.workers.embedded import NatsServerProcess, free_port
+from memstream.workers.event_log import EventLog, OutgoingMessage, connect_nats
 from memstream.workers.nats_client import MemstreamNatsClient
 
 
@@ -133,3 +135,49 @@ async def test_requests_work_again_after_the_client_is_closed_and_reconnected(
 
 async def _echo(msg: Msg) -> None:
     await msg.respond(msg.data)
+
+
+def _state(pid: int) -> str:
+    """The process state letter from /proc (``T`` once a SIGSTOP has taken effect)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+async def test_a_write_lost_with_its_connection_is_sent_again_on_reconnect(tmp_path: Path) -> None:
+    # Given a stream on a server, and a client that has written one message to it
+    port = free_port()
+    store = tmp_path / "store"
+    server = NatsServerProcess.start(store, port=port, log_path=tmp_path / "nats-1.log")
+    client = await connect_nats(server.url)
+    log = EventLog(client, "LOST", timeout=10)
+    try:
+        await log.ensure_stream()
+        await log.publish("ms.a", [OutgoingMessage(b"one", {}, "id-1")], None)
+        # When the next write goes out to a server that is frozen and then killed
+        server.process.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while _state(server.process.pid) != "T":  # stopped before it can read the write
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        sent = client.stats["out_msgs"]
+        write = asyncio.create_task(
+            log.publish("ms.a", [OutgoingMessage(b"two", {}, "id-2")], None)
+        )
+        deadline = time.monotonic() + 10
+        while client.stats["out_msgs"] == sent:  # until it is written to the dying connection
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        server.stop(signal.SIGKILL)
+        # And the server comes back on the same port and store
+        server = await asyncio.to_thread(
+            NatsServerProcess.start, store, port=port, log_path=tmp_path / "nats-2.log"
+        )
+        # Then the client sends the write again when it reconnects, and it is stored once
+        result = await asyncio.wait_for(write, 10)
+        assert (result.seq, result.duplicate) == (2, False)
+        assert await log.stream_last_seq() == 2
+        # And a write sent again after the log stored it is acknowledged as a duplicate
+        again = await log.publish("ms.a", [OutgoingMessage(b"two", {}, "id-2")], None)
+        assert (again.seq, again.duplicate) == (2, True)
+    finally:
+        await client.close()
+        server.stop()
