@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -324,6 +325,15 @@ class _Damaged(Exception):
         self.identity = identity
 
 
+def _create_private(path: Path) -> None:
+    """Create a new read-model file readable by its owner only (0600) before SQLite opens it:
+    SQLite gives its -wal and -shm files the database file's mode. An existing file is left as
+    it is; any other problem is SQLite's to report when it opens the path."""
+    with contextlib.suppress(OSError):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        os.close(os.open(path, flags, 0o600))
+
+
 def _open_checked(path: Path, quick_check_limit: int) -> ReadModelConnection:
     """Connect, check (whole when the file is at most ``quick_check_limit`` bytes) and migrate.
 
@@ -335,6 +345,7 @@ def _open_checked(path: Path, quick_check_limit: int) -> ReadModelConnection:
     connection: ReadModelConnection | None = None
     try:
         with recovery_lock(path, exclusive=False):
+            _create_private(path)
             connection = sqlite3.connect(
                 str(path),
                 isolation_level=None,

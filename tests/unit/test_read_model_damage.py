@@ -101,6 +101,8 @@ def test_a_file_that_is_not_a_database_is_refused_in_one_line_or_moved_aside(
     assert connection.replaced == moved
     assert moved.read_bytes().startswith(b"this is not a database")
     assert stat.S_IMODE(moved.stat().st_mode) == 0o600
+    # (and the fresh one and its WAL files are readable by their owner only, whatever the umask)
+    assert {stat.S_IMODE(p.stat().st_mode) for p in path.parent.glob("memstream.db*")} == {0o600}
     assert any(str(path) in r.message and str(moved) in r.message for r in caplog.records)
     assert connection.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
     assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
