@@ -293,7 +293,9 @@ async def test_a_stop_during_a_batch_applied_in_a_thread_lets_it_end_first(
     # Given 300 appends in the log and a projector that applies every batch in a worker thread
     connection = open_database(settings.database_path)
     slow = _SlowInThread()
-    worker = _one_batch_projector(log_of_300, connection, slow, thread_bytes=1)
+    worker = _one_batch_projector(
+        log_of_300, connection, slow, thread_bytes=1, thread_events=10_000
+    )
     worker.start()
     assert await asyncio.to_thread(slow.started.wait, 10)
     # When it is stopped without draining while the thread is in the middle of the batch

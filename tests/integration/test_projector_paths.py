@@ -47,6 +47,7 @@ async def test_every_way_of_consuming_and_applying_builds_the_same_read_model(
                 linger=0.01,
                 standing_pull=standing,
                 thread_bytes=thread_bytes,
+                thread_events=10_000,
                 on_commit=lambda seq, reached=reached: reached.set() if seq >= last else None,
             )
             worker.start()
