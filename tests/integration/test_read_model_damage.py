@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import signal
 import sqlite3
 import stat
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.processes import MEMSTREAM, clean_env, memstream
 
 from memstream import ReadModelDamagedError
 from memstream.client import Memstream
@@ -25,7 +25,6 @@ from memstream.projections.sqlite.damage import file_identity
 from memstream.settings import Settings
 from memstream.workers.projector import projector_consumer
 
-MEMSTREAM = str(Path(sys.executable).parent / "memstream")
 PAGE = 4096
 SESSIONS = ("s0", "s1", "s2")
 PER_SESSION = 120
@@ -51,21 +50,6 @@ async def main(data_dir, sessions, per_session):
 
 asyncio.run(main(sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])))
 """
-
-
-def clean_env(**settings: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
-    env.update(settings)
-    return env
-
-
-def memstream(env: dict[str, str], *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [MEMSTREAM, *args], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
-    assert result.returncode == expect, f"{args}: {result.returncode}\n{result.stderr}"
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
 
 
 def session_counts(env: dict[str, str]) -> dict[str, int]:
