@@ -17,7 +17,7 @@ from nats.js import JetStreamContext, api
 
 from memstream.client import Memstream, open_memstream
 from memstream.settings import Settings
-from memstream.workers.embedded import NatsServerProcess
+from memstream.workers.nats_server import NatsServerProcess
 
 RAW_STREAM = "RAW"
 RAW_SUBJECT = "raw.bench"

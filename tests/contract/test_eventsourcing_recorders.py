@@ -30,7 +30,6 @@ from eventsourcing.persistence import (
 from eventsourcing.tests import persistence as contract
 from eventsourcing.utils import Environment
 
-from memstream.workers.embedded import NatsServerProcess
 from memstream.workers.es_persistence import (
     NatsAggregateRecorder,
     NatsApplicationRecorder,
@@ -38,6 +37,7 @@ from memstream.workers.es_persistence import (
     NatsProcessRecorder,
     NatsTrackingRecorder,
 )
+from memstream.workers.nats_server import NatsServerProcess
 
 PERSISTENCE_MODULE = "memstream.workers.es_persistence"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from support.processes import MEMSTREAM, clean_env, json_of, memstream, stop, wait_for_text
 
-from memstream.workers.embedded import NatsServerProcess
+from memstream.workers.nats_server import NatsServerProcess
 
 AUDIT_HEADERS = {
     "command_id",

@@ -20,7 +20,7 @@ from memstream.domain.system_prompt import ContextBlock, render_system_prompt
 from memstream.domain.tokens import estimate_string_tokens
 from memstream.providers import SearchBlock, StaticContext
 from memstream.session import Session
-from memstream.workers.embedded import NatsServerProcess
+from memstream.workers.nats_server import NatsServerProcess
 from memstream.workers.rebuild import verify
 
 SESSIONS = ("", "s1")  # the default session stores under bare keys

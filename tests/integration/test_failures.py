@@ -23,8 +23,8 @@ from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import dead_letters, open_database, tracked_seq
 from memstream.settings import Settings
 from memstream.workers.codec import CommandMeta, encode_event
-from memstream.workers.embedded import NatsServerProcess, free_port
 from memstream.workers.event_log import OutgoingMessage
+from memstream.workers.nats_server import NatsServerProcess, free_port
 from memstream.workers.rebuild import rebuild, verify
 
 PROJECTOR_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "projector_process.py"

@@ -13,7 +13,6 @@ from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import drop_projection, open_database, tracked_seq
 from memstream.settings import Settings
 from memstream.workers.codec import CommandMeta, encode_event
-from memstream.workers.embedded import NatsServerProcess
 from memstream.workers.event_log import (
     EventLog,
     ExpectedSequenceMismatch,
@@ -21,6 +20,7 @@ from memstream.workers.event_log import (
     OutgoingMessage,
     connect_nats,
 )
+from memstream.workers.nats_server import NatsServerProcess
 from memstream.workers.projector import (
     ProjectorStats,
     ProjectorWorker,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from support.processes import MEMSTREAM, clean_env, json_of, memstream, stop, wait_for_text
 
-from memstream.workers.embedded import NatsServerProcess
+from memstream.workers.nats_server import NatsServerProcess
 
 SCRIPT = str(Path(__file__).resolve().parent.parent / "support" / "session_script.py")
 

@@ -13,9 +13,9 @@ import nats.errors
 import pytest
 from nats.aio.msg import Msg
 
-from memstream.workers.embedded import NatsServerProcess, free_port
 from memstream.workers.event_log import EventLog, OutgoingMessage, connect_nats
 from memstream.workers.nats_client import MemstreamNatsClient
+from memstream.workers.nats_server import NatsServerProcess, free_port
 
 
 async def _ignore(msg: Msg) -> None:

@@ -16,8 +16,8 @@ import pytest
 from nats.aio.client import Client
 from nats.js import api
 
-from memstream.workers.embedded import NatsServerProcess
 from memstream.workers.event_log import connect_nats
+from memstream.workers.nats_server import NatsServerProcess
 from memstream.workers.pull import Puller
 
 STREAM = "PULLTEST"

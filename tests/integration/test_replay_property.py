@@ -14,7 +14,7 @@ from support.examples import run_on_fresh_stream
 
 from memstream.client import Memstream
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError
-from memstream.workers.embedded import NatsServerProcess
+from memstream.workers.nats_server import NatsServerProcess
 from memstream.workers.rebuild import verify
 
 SESSIONS = ("s1", "s2")
