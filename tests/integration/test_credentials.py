@@ -9,13 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import traceback
 import uuid
 from pathlib import Path
 
 import pytest
 from support.nats_auth import server_with_creds, server_with_password
+from support.processes import wait_for_text
 from typer.testing import CliRunner
 
 from memstream.cli.app import app
@@ -169,11 +169,7 @@ def test_the_worker_and_the_cli_run_on_a_creds_file(tmp_path: Path) -> None:
         try:
             # When the projector worker (a FastStream app) starts, and another process (this one,
             # without workers) appends a message
-            deadline = time.monotonic() + 60
-            while "FastStream app started" not in log.read_text():
-                assert worker.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.05)
+            wait_for_text(log, "FastStream app started", worker, timeout=60)
             settings = Settings.from_env(env)
             history = asyncio.run(_append_and_read(settings))
             # Then this process reads it back as projected by the worker (its own write: the

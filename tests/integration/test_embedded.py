@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from support.processes import wait_for_text
+
 from memstream.client import open_memstream
 from memstream.settings import Settings
 
@@ -157,11 +159,7 @@ def test_the_owner_restarts_a_killed_nats_server_and_writes_resume(tmp_path: Pat
         up = subprocess.Popen([MEMSTREAM, "up"], env=env, stdout=sink, stderr=sink, text=True)
     guest: subprocess.Popen[str] | None = None
     try:
-        deadline = time.monotonic() + 60
-        while "memstream is up" not in log.read_text():
-            assert up.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+        wait_for_text(log, "memstream is up", up, timeout=60)
         guest = _run_client(data_dir, "writer", "chat", "20")
         assert _wait_for_line(guest) == "ready\n"
         before = json.loads((data_dir / "runtime.json").read_text())
@@ -218,11 +216,7 @@ def test_a_worker_process_owns_the_embedded_server_and_cli_commands_use_it(tmp_p
         command = [MEMSTREAM, "worker", "projector"]
         worker = subprocess.Popen(command, env=env, stdout=sink, stderr=sink, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while "FastStream app started" not in log.read_text():
-            assert worker.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+        wait_for_text(log, "FastStream app started", worker, timeout=60)
         # When CLI commands append and read (each a process of its own, with the data dir's
         # token, as the worker's FastStream broker has)
         commands = (["append", "s", "--id", "a", "--text", "hi"], ["sessions", "history", "s"])

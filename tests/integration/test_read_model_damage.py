@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.processes import MEMSTREAM, clean_env, memstream
+from support.processes import MEMSTREAM, clean_env, memstream, wait_for_text
 
 from memstream import ReadModelDamagedError
 from memstream.client import Memstream
@@ -84,18 +84,6 @@ def write_sessions(data_dir: Path, env: dict[str, str]) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "written"
-
-
-def wait_for_text(
-    path: Path, text: str, process: subprocess.Popen[str], timeout: float = 30
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text():
-            return
-        assert process.poll() is None, path.read_text() if path.exists() else "exited"
-        time.sleep(0.05)
-    raise AssertionError(f"{text!r} not in {path} within {timeout} s")
 
 
 def test_cli_commands_recover_a_corrupt_read_model_from_the_log(tmp_path: Path) -> None:
