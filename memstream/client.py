@@ -33,6 +33,7 @@ from memstream.projections.sqlite.database import (
     open_database,
     tracked_seq,
 )
+from memstream.projections.sqlite.read_connection import ReadConnection
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 from memstream.projections.sqlite.session_snapshots import SqliteSessionSnapshots
 from memstream.read_guard import guarded
@@ -72,6 +73,7 @@ class Memstream:
         self.client = client
         self.log = log
         self.runtime = runtime
+        self.projector: ProjectorWorker | None = None
         self._read_from(connection)
         self.blocks = AggregateStore(log, lambda key: ContextDocument.empty(self.namespace, key))
         self.search_indexes = AggregateStore(
@@ -83,22 +85,39 @@ class Memstream:
         # The log's end when this client connected: reads see at least that much (what earlier
         # processes wrote), as well as this client's own writes.
         self.connected_seq = 0
-        self.projector: ProjectorWorker | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._subjects: dict[str, str] = {}
 
     def _read_from(self, connection: sqlite3.Connection) -> None:
         self.database = connection
-        self.session_queries = guarded(SqliteSessionQueries(connection), self._damaged)
-        self.context_queries = guarded(SqliteContextQueries(connection), self._damaged)
+        # Reads go through the projector's connection of this process while it is idle: its
+        # page cache is warm, where this one's is dropped by each of the projector's commits.
+        self.reads = reads = ReadConnection(connection, self._lend)
+        self.session_queries = guarded(SqliteSessionQueries(reads), self._damaged)
+        self.context_queries = guarded(SqliteContextQueries(reads), self._damaged)
         # Sessions are restored from the sessions read model (plus the events after it), never
         # replayed from their first event: see SqliteSessionSnapshots. A new read-model file
         # (one replaced after damage) starts a new store: nothing restored from the old stays.
         self.sessions = AggregateStore(
             self.log,
             self._empty_session,
-            snapshots=SqliteSessionSnapshots(connection, self.namespace),
+            snapshots=SqliteSessionSnapshots(reads, self.namespace),
         )
+
+    def _lend(self) -> sqlite3.Connection | None:
+        """The in-process projector's connection, when it is idle and on the file read here."""
+        projector = self.projector
+        if projector is None:
+            return None
+        lent = projector.idle_connection()
+        own = self.database
+        if (
+            isinstance(lent, ReadModelConnection)
+            and isinstance(own, ReadModelConnection)
+            and lent.identity == own.identity
+        ):
+            return lent
+        return None
 
     def _watch_positions(self) -> dict[str, PositionWatch]:
         return {
@@ -111,7 +130,7 @@ class Memstream:
         # (the old one would never advance again).
         self._reopen_if_replaced()
         try:
-            return tracked_seq(self.database, projection)
+            return tracked_seq(self.reads.current(), projection)
         except sqlite3.DatabaseError as error:
             if not is_damage(error):
                 raise

@@ -29,6 +29,7 @@ from nats.js import api
 from memstream.domain.errors import MemstreamError, ReadModelDamagedError
 from memstream.projections.context_writes import project_context_event
 from memstream.projections.session_writes import project_session_event
+from memstream.projections.sqlite.checkpointer import Checkpointer, defer_checkpoints
 from memstream.projections.sqlite.context_writer import apply_context_writes
 from memstream.projections.sqlite.copy import ProjectorLock, copy_id
 from memstream.projections.sqlite.damage import FileIdentity, is_damage
@@ -43,7 +44,7 @@ from memstream.projections.sqlite.database import (
     tracked_seq,
     tracked_seqs,
 )
-from memstream.projections.sqlite.session_writer import apply_session_writes
+from memstream.projections.sqlite.session_writer import SessionRows, apply_session_writes
 from memstream.workers.codec import H_TOPIC, decode_event
 from memstream.workers.event_log import EventLog, LogEntry
 from memstream.workers.position import Demand
@@ -88,15 +89,32 @@ class Projection(Protocol):
     def apply(self, connection: sqlite3.Connection, subject: str, seq: int, event: object) -> None:
         """Write the effects of one event (inside the projector's transaction)."""
 
+    def forget(self) -> None:
+        """Drop what it remembers of the read model from earlier writes (after a rollback, or
+        when another connection may have written to the file)."""
+
+    def before_commit(self, connection: sqlite3.Connection) -> None:
+        """Write what it held back during the transaction (called before it commits, and before
+        an event that gets a savepoint of its own)."""
+
 
 class SessionProjection:
     """Messages tree, message FTS and compaction overlays."""
 
     name = "sessions"
 
+    def __init__(self) -> None:
+        self.rows = SessionRows()
+
     def apply(self, connection: sqlite3.Connection, subject: str, seq: int, event: object) -> None:
         namespace = parse_subject(subject).namespace
-        apply_session_writes(connection, project_session_event(namespace, seq, event))
+        apply_session_writes(connection, project_session_event(namespace, seq, event), self.rows)
+
+    def forget(self) -> None:
+        self.rows.forget()
+
+    def before_commit(self, connection: sqlite3.Connection) -> None:
+        self.rows.flush_texts(connection)  # see SessionRows: one FTS5 segment per batch
 
 
 class ContextProjection:
@@ -107,6 +125,12 @@ class ContextProjection:
     def apply(self, connection: sqlite3.Connection, subject: str, seq: int, event: object) -> None:
         namespace = parse_subject(subject).namespace
         apply_context_writes(connection, project_context_event(namespace, seq, event))
+
+    def forget(self) -> None:
+        pass  # it remembers nothing between events
+
+    def before_commit(self, connection: sqlite3.Connection) -> None:
+        pass  # it holds nothing back
 
 
 def default_projections() -> list[Projection]:
@@ -132,6 +156,32 @@ class ProjectorStats:
     attempts: dict[int, int] = field(default_factory=dict)
 
 
+@dataclass
+class BatchMemo:
+    """What a projector keeps between its transactions: the positions it committed last. They
+    (and what its projections remember, see :meth:`Projection.forget`) stay valid while no other
+    connection writes to the file, which ``PRAGMA data_version`` tells: it changes on a
+    connection when another one has committed since (a rebuild, a second writer)."""
+
+    connection: sqlite3.Connection | None = None
+    version: int = -1
+    positions: dict[str, int] | None = None
+
+
+def _begin_positions(
+    connection: sqlite3.Connection, projections: Sequence[Projection], memo: BatchMemo | None
+) -> dict[str, int]:
+    """The projections' positions at the start of a batch (inside its transaction)."""
+    if memo is not None:
+        version = int(connection.execute("PRAGMA data_version").fetchone()[0])
+        if memo.connection is connection and memo.version == version and memo.positions:
+            return dict(memo.positions)
+        memo.connection, memo.version, memo.positions = connection, version, None
+    for projection in projections:
+        projection.forget()
+    return tracked_seqs(connection, [p.name for p in projections])
+
+
 def apply_batch(
     connection: sqlite3.Connection,
     projections: Sequence[Projection],
@@ -139,12 +189,13 @@ def apply_batch(
     stats: ProjectorStats,
     *,
     committed: int | None = None,
+    memo: BatchMemo | None = None,
 ) -> int:
     """Apply entries in one transaction; return the highest sequence now tracked.
 
     :func:`batch_steps` driven to its end, without pausing; see there.
     """
-    steps = batch_steps(connection, projections, entries, stats, committed=committed)
+    steps = batch_steps(connection, projections, entries, stats, committed=committed, memo=memo)
     while (result := _step(steps)) is None:
         pass
     return result
@@ -167,6 +218,7 @@ def batch_steps(
     stats: ProjectorStats,
     *,
     committed: int | None = None,
+    memo: BatchMemo | None = None,
 ) -> Generator[None, None, int]:
     """Apply entries in one transaction, pausing (``yield``) after each event, and commit;
     the generator returns the highest sequence now tracked. Closing it before its end rolls the
@@ -181,11 +233,13 @@ def batch_steps(
     ``MAX_ATTEMPTS`` failures, or at once when it cannot be decoded, it is recorded as a dead
     letter and passed over. Raises on failures that should be retried. ``stats`` counts only
     what a committed transaction did (``attempts`` survives rollbacks: it is the retry count).
+
+    ``memo`` (the projector's own, across its batches): see :class:`BatchMemo`.
     """
     done = ProjectorStats(attempts=stats.attempts)
     connection.execute("BEGIN IMMEDIATE")
     try:
-        positions = tracked_seqs(connection, [p.name for p in projections])
+        positions = _begin_positions(connection, projections, memo)
         if committed is not None and positions and min(positions.values()) < committed:
             raise ReadModelRewound(f"read model at {min(positions.values())}, was at {committed}")
         for entry in entries:
@@ -207,6 +261,7 @@ def batch_steps(
                 # FTS5 flush a segment per event, several times slower than batched inserts.
                 isolated = entry.seq in stats.attempts
                 if isolated:
+                    projection.before_commit(connection)  # nothing held back across it
                     connection.execute("SAVEPOINT event")
                 try:
                     projection.apply(connection, entry.subject, entry.seq, event)
@@ -221,6 +276,8 @@ def batch_steps(
                         raise  # the whole batch rolls back and is retried
                     connection.execute("ROLLBACK TO event")
                     connection.execute("RELEASE event")
+                    for forgetful in projections:
+                        forgetful.forget()  # it may remember rows of the event rolled back
                     _dead_letter(connection, projection.name, entry, error, attempts, done)
                 else:
                     if isolated:
@@ -229,11 +286,19 @@ def batch_steps(
                 positions[projection.name] = entry.seq
             done.applied += applied
             yield
+        for projection in projections:
+            projection.before_commit(connection)
         set_tracked_seqs(connection, positions)
         connection.execute("COMMIT")
     except BaseException:
         connection.execute("ROLLBACK")
+        if memo is not None:
+            memo.positions = None
+        for projection in projections:
+            projection.forget()
         raise
+    if memo is not None:
+        memo.positions = dict(positions)
     stats.batches += 1
     stats.applied += done.applied
     stats.skipped += done.skipped
@@ -260,6 +325,19 @@ def _dead_letter(
         attempts,
     )
     stats.dead_lettered += 1
+
+
+def _checkpoints_for(connection: sqlite3.Connection) -> Checkpointer | None:
+    """Checkpoints of the projector's database in a thread of their own (none for a connection
+    that :func:`open_database` did not make): see
+    :mod:`~memstream.projections.sqlite.checkpointer`."""
+    path = database_path(connection)
+    if path is None:
+        return None
+    defer_checkpoints(connection)
+    checkpointer = Checkpointer(path)
+    checkpointer.start()
+    return checkpointer
 
 
 def claim_copy(database: Path) -> ProjectorLock:
@@ -336,6 +414,10 @@ class ProjectorWorker:
         self._committed = 0
         self._damage: str | None = None  # why the read model must be replaced, once known
         self._batch_done: asyncio.Event | None = None  # set while a fetched batch is in hand
+        self._applying = False  # a batch's transaction may be open (or a thread has the connection)
+        self._memo = BatchMemo()
+        self._checkpointer = _checkpoints_for(connection)
+        self._closed = False
 
     @classmethod
     def open(cls, log: EventLog, database: Path, **options: Any) -> ProjectorWorker:
@@ -413,6 +495,14 @@ class ProjectorWorker:
             # projector to rebuild, instead of damaged.
             self._renew_read_model()
 
+    def idle_connection(self) -> sqlite3.Connection | None:
+        """The projector's connection while it is between batches, for reads in this process
+        on this thread (see :class:`~memstream.projections.sqlite.read_connection.ReadConnection`):
+        ``None`` while a batch is applied, after damage, or once closed."""
+        if self._applying or self._closed or self._damage is not None:
+            return None
+        return self.connection
+
     def report_damage(self, reason: str, identity: FileIdentity | None) -> None:
         """A reader in this process met damage in the read-model file ``identity``: replace it
         and rebuild it (within a fetch timeout, or at :meth:`stop`). A report about a file this
@@ -439,6 +529,7 @@ class ProjectorWorker:
         ):
             return True
         path = connection.path
+        self._closed = True
         connection.close()
         try:
             if damage is not None:
@@ -449,6 +540,10 @@ class ProjectorWorker:
         except MemstreamError as error:
             logger.error("projector %s: %s", self.durable, error)
             return False
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+        self._checkpointer = _checkpoints_for(self.connection)
+        self._closed = False
         self._damage = None
         return True
 
@@ -468,6 +563,9 @@ class ProjectorWorker:
     async def close(self) -> None:
         """Stop, close the database and give up the copy's lock."""
         await self.stop()
+        self._closed = True
+        if self._checkpointer is not None:
+            await asyncio.to_thread(self._checkpointer.stop)
         self.connection.close()
         if self.lock is not None:
             self.lock.release()
@@ -563,6 +661,8 @@ class ProjectorWorker:
                     for m in msgs
                 ]
                 seq = await self._apply_with_retry(entries)
+                if self._checkpointer is not None:
+                    self._checkpointer.committed()
                 self._committed = seq
                 if self.on_commit:
                     self.on_commit(seq)
@@ -604,6 +704,13 @@ class ProjectorWorker:
         return more
 
     async def _apply(self, entries: Sequence[LogEntry]) -> int:
+        self._applying = True
+        try:
+            return await self._apply_batch(entries)
+        finally:
+            self._applying = False
+
+    async def _apply_batch(self, entries: Sequence[LogEntry]) -> int:
         """Apply a batch (:func:`batch_steps`), letting the event loop run between events while
         no reader waits for the batch.
 
@@ -629,6 +736,7 @@ class ProjectorWorker:
             entries,
             self.stats,
             committed=self._committed,  # someone may have dropped it to rebuild it
+            memo=self._memo,
         )
         demand = self.demand
         try:
@@ -648,6 +756,7 @@ class ProjectorWorker:
                 entries,
                 self.stats,
                 committed=self._committed,
+                memo=self._memo,
             )
         )
         try:

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from memstream.projections.search_query import to_fts5
+from memstream.projections.sqlite.read_connection import Reads
 
 
 class SqliteContextQueries:
     """Read side of the context projection; every method is one short read."""
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
+    def __init__(self, connection: Reads) -> None:
         self.connection = connection
 
     def block_content(self, namespace: str, label: str, session_id: str) -> str | None:

@@ -480,11 +480,15 @@ def tracked_seqs(connection: sqlite3.Connection, projections: list[str]) -> dict
 
 
 def set_tracked_seqs(connection: sqlite3.Connection, positions: dict[str, int]) -> None:
-    """Record each projection's processed sequence (inside the caller's transaction)."""
-    connection.executemany(
-        "INSERT INTO tracking (projection, seq) VALUES (?, ?) "
-        "ON CONFLICT (projection) DO UPDATE SET seq = excluded.seq",
-        positions.items(),
+    """Record each projection's processed sequence (inside the caller's transaction), in one
+    statement."""
+    if not positions:
+        return
+    connection.execute(
+        "INSERT INTO tracking (projection, seq) VALUES "
+        + ", ".join(["(?, ?)"] * len(positions))
+        + " ON CONFLICT (projection) DO UPDATE SET seq = excluded.seq",
+        [value for item in positions.items() for value in item],
     )
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-import sqlite3
 from typing import Any
 
 from memstream.domain.messages import Message, decode_message, decode_messages
 from memstream.projections.overlays import Compaction, apply_overlays
 from memstream.projections.recent_history import RecentHistory
 from memstream.projections.search_query import to_fts5
+from memstream.projections.sqlite.read_connection import Reads
 
 
 def _path_walk(column: str) -> str:
@@ -51,7 +51,7 @@ SELECT recent.n, recent.parent_mid, m.content FROM recent JOIN messages AS m ON 
 class SqliteSessionQueries:
     """Read side of sessions; every method is one short read transaction."""
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
+    def __init__(self, connection: Reads) -> None:
         self.connection = connection
 
     def _sid(self, namespace: str, session_id: str) -> int | None:
@@ -114,16 +114,25 @@ class SqliteSessionQueries:
 
     def history(self, namespace: str, session_id: str, leaf_id: str | None = None) -> list[Message]:
         """Root→leaf path (latest leaf by default) with overlays applied; ``[]`` if unknown."""
-        session = self._session(namespace, session_id)
-        if session is None:
+        # The session's key, bound, latest leaf and whether it has overlays, in one statement
+        # (a history is read after every append of an agent loop).
+        row = self.connection.execute(
+            "SELECT sid, messages, "
+            "(SELECT id FROM messages WHERE sid = k.sid AND child_count = 0 "
+            "ORDER BY position DESC LIMIT 1), "
+            "EXISTS (SELECT 1 FROM compactions WHERE sid = k.sid) "
+            "FROM session_keys AS k WHERE namespace = ? AND session_id = ?",
+            (namespace, session_id),
+        ).fetchone()
+        if row is None:
             return []
-        sid, messages = session
-        leaf = self._resolve_leaf(sid, leaf_id)
+        sid, messages, latest, overlaid = row
+        leaf = leaf_id or latest
         if leaf is None:
             return []
         contents = self._path_contents(sid, leaf, messages)
         path = [m for m in decode_messages(contents) if m is not None]
-        return apply_overlays(path, self._compactions(sid))
+        return apply_overlays(path, self._compactions(sid)) if overlaid else path
 
     def recent_history(
         self,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from memstream.domain.message_index import NO_MESSAGES, StoredMessages, StoredMessagesMoved
 from memstream.domain.session import Session
+from memstream.projections.sqlite.read_connection import ReadConnection, Reads
 
 # A stored message carries its children count; an id that is not stored (deleted, with orphans
 # still pointing at it) is counted on the children index.
@@ -53,9 +54,7 @@ class SqliteStoredMessages:
 
     __slots__ = ("connection", "key", "sid", "window")
 
-    def __init__(
-        self, connection: sqlite3.Connection, sid: int, key: tuple[str, str], window: _Window
-    ) -> None:
+    def __init__(self, connection: Reads, sid: int, key: tuple[str, str], window: _Window) -> None:
         self.connection = connection
         self.sid = sid
         self.key = key
@@ -119,8 +118,10 @@ class SessionSnapshot:
 class SqliteSessionSnapshots:
     """Snapshots of a namespace's sessions from the sessions read model."""
 
-    def __init__(self, connection: sqlite3.Connection, namespace: str) -> None:
-        self.connection = connection
+    def __init__(self, connection: sqlite3.Connection | ReadConnection, namespace: str) -> None:
+        self.connection = (
+            connection if isinstance(connection, ReadConnection) else ReadConnection(connection)
+        )
         self.namespace = namespace
         self._window = _Window()
 
@@ -164,16 +165,14 @@ class _Reading:
 
     __slots__ = ("connection", "opened")
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
+    def __init__(self, connection: ReadConnection) -> None:
         self.connection = connection
         self.opened = False
 
     def __enter__(self) -> None:
-        if not self.connection.in_transaction:
-            self.connection.execute("BEGIN")
-            self.opened = True
+        self.opened = self.connection.begin()
 
     def __exit__(self, *exc_info: object) -> None:
         if self.opened:
             self.opened = False
-            self.connection.execute("COMMIT")
+            self.connection.commit()

@@ -175,6 +175,7 @@ class _Halfway(SessionProjection):
     """The session projection, announcing when it has applied ``at`` events."""
 
     def __init__(self, at: int) -> None:
+        super().__init__()
         self.at = at
         self.count = 0
         self.reached = asyncio.Event()
@@ -279,6 +280,7 @@ class _SlowInThread(SessionProjection):
     """The session projection, announcing its first event and then taking its time."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.started = threading.Event()
 
     def apply(self, connection: sqlite3.Connection, subject: str, seq: int, event: object) -> None:

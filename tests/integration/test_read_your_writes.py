@@ -29,3 +29,40 @@ async def test_a_read_whose_projection_lags_raises_projection_lag_error(settings
         assert "'sessions'" in str(raised.value)
     finally:
         await ms.close()
+
+
+async def test_reads_use_the_idle_projector_connection_of_their_process(settings: Settings) -> None:
+    # The projector's connection has a warm page cache; the client's own connection loses its
+    # cache at each of the projector's commits.
+    ms = await open_memstream(settings, workers=True)
+    try:
+        projector = ms.projector
+        assert projector is not None
+        session = ms.session("s")
+        for n in range(20):
+            await session.append_message({"id": f"m{n}", "role": "user", "content": f"hi {n}"})
+            history = await session.get_history()
+            assert [m["id"] for m in history] == [f"m{i}" for i in range(n + 1)]
+            assert ms.reads.current() is projector.connection
+        # While a batch is being applied the projector's connection is not lent.
+        projector._applying = True
+        assert ms.reads.current() is ms.database
+        projector._applying = False
+    finally:
+        await ms.close()
+    assert projector.idle_connection() is None  # a closed projector lends nothing
+
+
+async def test_reads_without_a_projector_here_use_their_own_connection(
+    settings: Settings,
+) -> None:
+    writer = await open_memstream(settings, workers=True)
+    reader = await open_memstream(settings, workers=False)
+    try:
+        await writer.session("s").append_message({"id": "m1", "role": "user", "content": "hi"})
+        await reader.sync("sessions")
+        assert [m["id"] for m in await reader.session("s").get_history()] == ["m1"]
+        assert reader.reads.current() is reader.database
+    finally:
+        await reader.close()
+        await writer.close()
