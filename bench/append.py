@@ -39,6 +39,7 @@ from bench.harness import (
 from bench.payloads import MessageFactory, payload
 from bench.projector_process import projector_process
 from memstream.client import Memstream
+from memstream.projections.sqlite.checkpointer import Checkpointer, defer_checkpoints
 from memstream.workers.projector import DEFAULT_LINGER
 
 NAME = "append"
@@ -59,6 +60,10 @@ async def _project_raw(client: Client, database: Path, stop: asyncio.Event) -> N
     connection = sqlite3.connect(database, isolation_level=None)
     connection.execute("PRAGMA journal_mode = WAL")
     connection.execute("PRAGMA synchronous = NORMAL")
+    # Checkpoints off the commit path, as the projector has them.
+    defer_checkpoints(connection)
+    checkpointer = Checkpointer(database)
+    checkpointer.start()
     connection.executescript(
         "CREATE TABLE rows (seq INTEGER PRIMARY KEY, content TEXT);"
         "CREATE VIRTUAL TABLE rows_fts USING fts5(text, tokenize = 'porter unicode61');"
@@ -87,8 +92,10 @@ async def _project_raw(client: Client, database: Path, stop: asyncio.Event) -> N
             connection.executemany("INSERT INTO rows VALUES (?, ?)", rows)
             connection.executemany("INSERT INTO rows_fts (rowid, text) VALUES (?, ?)", texts)
             connection.execute("COMMIT")
+            checkpointer.committed()
             await msgs[-1].ack()
     finally:
+        await asyncio.to_thread(checkpointer.stop)
         connection.close()
 
 

@@ -121,9 +121,20 @@ class Memstream:
 
     def _watch_positions(self) -> dict[str, PositionWatch]:
         return {
-            name: PositionWatch(name, partial(self._tracked_seq, name), self.demand, self._nudge)
+            name: PositionWatch(
+                name,
+                partial(self._tracked_seq, name),
+                self.demand,
+                self._nudge,
+                pushed=self._projector_running,
+            )
             for name in ("sessions", "context")
         }
+
+    def _projector_running(self) -> bool:
+        """Whether the projector of this process reports its commits to the readers here."""
+        projector = self.projector
+        return projector is not None and projector.running
 
     def _tracked_seq(self, projection: str) -> int:
         # A waiting reader polls this: it follows the file the projector replaced meanwhile

@@ -55,10 +55,14 @@ class PositionWatch:
         read_position: Callable[[], int],
         demand: Demand | None = None,
         nudge: Callable[[int], Awaitable[None]] | None = None,
+        pushed: Callable[[], bool] | None = None,
     ) -> None:
         self.projection = projection
         self._read_position = read_position
         self._nudge = nudge
+        # True while a projector in this process reports each commit (advance): waiting then
+        # needs no nudge, and reads the tracking row only every POLL_MAX.
+        self._pushed = pushed
         self._position = 0
         self._changed = asyncio.Event()
         self.demand = demand or Demand()
@@ -98,11 +102,15 @@ class PositionWatch:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ProjectionLagError(self.projection, seq, self._position, timeout)
-            if self._nudge is not None:
+            pushed = self._pushed is not None and self._pushed()
+            if self._nudge is not None and not pushed:
                 await self._nudge(seq)
             changed = self._changed
             try:
-                await asyncio.wait_for(changed.wait(), min(remaining, delay))
+                # asyncio.timeout, not wait_for: no task per wait (this is on every read). A
+                # pushed position is still read now and then (a rebuild elsewhere moves it too).
+                async with asyncio.timeout(min(remaining, POLL_MAX if pushed else delay)):
+                    await changed.wait()
             except TimeoutError:
                 self.advance(self._read_position())
                 delay = min(delay * 2, POLL_MAX)

@@ -55,8 +55,9 @@ class Checkpointer:
             self._thread.start()
 
     def committed(self) -> None:
-        """A commit added to the WAL: checkpoint soon (cheap: sets an event)."""
-        self._wake.set()
+        """A commit added to the WAL: checkpoint soon (cheap: sets an event, once)."""
+        if not self._wake.is_set():
+            self._wake.set()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the thread (after the checkpoint under way, if any)."""

@@ -107,6 +107,31 @@ async def test_a_reader_elsewhere_repeats_what_it_waits_for_at_every_poll() -> N
     assert set(told) == {7}
 
 
+async def test_a_reader_next_to_its_projector_waits_for_its_report_without_polling() -> None:
+    # Given a watch whose projector runs in this process (it reports each commit)
+    reads: list[int] = []
+    told: list[int] = []
+
+    def read_position() -> int:
+        reads.append(1)
+        return 0
+
+    async def nudge(seq: int) -> None:
+        told.append(seq)
+
+    watch = PositionWatch("sessions", read_position, nudge=nudge, pushed=lambda: True)
+    # When a reader waits for sequence 3 and the projector reports it 5 ms later
+    asyncio.get_running_loop().call_later(0.005, watch.advance, 3)
+    await watch.wait_for(3, timeout=5)
+    # Then it read the tracking row once (on arrival), polled nothing and nudged nobody
+    assert len(reads) == 1
+    assert told == []
+    # And a report that never comes still ends in the timeout, with a slow poll meanwhile
+    with pytest.raises(ProjectionLagError):
+        await watch.wait_for(9, timeout=0.05)
+    assert 2 <= len(reads) <= 8
+
+
 async def test_a_projector_ignores_a_demand_signal_that_is_not_a_sequence(
     lingering: tuple[Memstream, Memstream],
 ) -> None:
