@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from eventsourcing.domain import Aggregate
 
@@ -124,6 +124,17 @@ class ContextDocument(Aggregate):
         document.content = None
         return document
 
+    @classmethod
+    def restore(
+        cls, namespace: str, identity: str, *, content: str | None, version: int
+    ) -> ContextDocument:
+        """The document as a snapshot holds it after its event ``version`` (its whole content:
+        each write carries the whole content, so nothing before it is needed)."""
+        document = cls.empty(namespace, identity)
+        document.version = version
+        document.content = content
+        return document
+
     def replace(self, content: object, max_tokens: int | None = None) -> list[Aggregate.Event]:
         """Decide a replace; rewriting identical content is a no-op."""
         text = check_content(content)
@@ -170,13 +181,24 @@ class SearchIndex(Aggregate):
             aggregate.digests[self.entry_key] = _digest(self.content)
 
     key: str
-    digests: dict[str, str]
+    digests: EntryDigests
 
     @classmethod
     def empty(cls, namespace: str, key: str) -> SearchIndex:
         index = empty_aggregate(cls, _aggregate_id("search", namespace, key))
         index.key = key
-        index.digests = {}
+        index.digests = EntryDigests()
+        return index
+
+    @classmethod
+    def restore(
+        cls, namespace: str, key: str, *, version: int, entries: StoredEntries
+    ) -> SearchIndex:
+        """The index as a snapshot holds it after its event ``version``: each entry's content
+        looked up in ``entries`` when a decision needs it, never all of them."""
+        index = cls.empty(namespace, key)
+        index.version = version
+        index.digests = EntryDigests(entries)
         return index
 
     def index(self, entry_key: object, content: object) -> list[Aggregate.Event]:
@@ -194,12 +216,58 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+class StoredEntries(Protocol):
+    """A search block's entries as stored at one position (read lazily, one at a time)."""
+
+    def content(self, entry_key: str) -> str | None:
+        """The stored content of ``entry_key`` (``None``: not stored).
+
+        Raises:
+            StoredMessagesMoved: the store is no longer at a position this lookup may use.
+        """
+
+
+class _NoEntries:
+    def content(self, entry_key: str) -> str | None:
+        return None
+
+
+class EntryDigests:
+    """Digests of a search block's entries: those its applied events set, else those of the
+    stored base (looked up once each). As with a session's messages, an entry untouched by the
+    applied events is the same at every base position they are valid on."""
+
+    __slots__ = ("_base", "_known")
+
+    def __init__(self, base: StoredEntries | None = None) -> None:
+        self._base: StoredEntries = base or _NoEntries()
+        self._known: dict[str, str | None] = {}
+
+    def get(self, entry_key: str) -> str | None:
+        try:
+            return self._known[entry_key]
+        except KeyError:
+            content = self._base.content(entry_key)
+            digest = self._known[entry_key] = None if content is None else _digest(content)
+            return digest
+
+    def __setitem__(self, entry_key: str, digest: str) -> None:
+        self._known[entry_key] = digest
+
+    def rebind(self, base: StoredEntries) -> None:
+        """Look entries up in ``base`` from now on (the same entries, or a later position that
+        has not passed the applied events)."""
+        self._base = base
+
+
 __all__ = [
     "CONTENT_MAX_BYTES",
     "CONTEXT_KEY_MAX_CHARS",
     "ENTRY_KEY_MAX_CHARS",
     "ContextDocument",
+    "EntryDigests",
     "SearchIndex",
+    "StoredEntries",
     "check_content",
     "check_key",
     "check_label",

@@ -24,6 +24,10 @@ from memstream.domain.errors import (
 from memstream.domain.limits import check_namespace, check_session_id
 from memstream.domain.session import Session as SessionAggregate
 from memstream.projections.sqlite.context_queries import SqliteContextQueries
+from memstream.projections.sqlite.context_snapshots import (
+    SqliteDocumentSnapshots,
+    SqliteSearchSnapshots,
+)
 from memstream.projections.sqlite.copy import copy_id
 from memstream.projections.sqlite.damage import is_damage
 from memstream.projections.sqlite.database import (
@@ -39,7 +43,7 @@ from memstream.projections.sqlite.session_snapshots import SqliteSessionSnapshot
 from memstream.read_guard import guarded
 from memstream.session import Session
 from memstream.settings import Settings
-from memstream.workers.aggregate_store import AggregateStore
+from memstream.workers.aggregate_store import AggregateStore, CommandResult
 from memstream.workers.codec import CommandMeta
 from memstream.workers.data_dir import prepare_data_dir, private_database
 from memstream.workers.embedded import EmbeddedRuntime
@@ -75,10 +79,6 @@ class Memstream:
         self.runtime = runtime
         self.projector: ProjectorWorker | None = None
         self._read_from(connection)
-        self.blocks = AggregateStore(log, lambda key: ContextDocument.empty(self.namespace, key))
-        self.search_indexes = AggregateStore(
-            log, lambda key: SearchIndex.empty(self.namespace, key)
-        )
         self.demand = Demand()
         self.positions = self._watch_positions()
         self.last_write_seq = 0
@@ -102,6 +102,18 @@ class Memstream:
             self.log,
             self._empty_session,
             snapshots=SqliteSessionSnapshots(reads, self.namespace),
+        )
+        # Blocks likewise, from the context read model (a block's writes each carry its whole
+        # content: replaying them read every version of it).
+        self.blocks = AggregateStore(
+            self.log,
+            lambda key: ContextDocument.empty(self.namespace, key),
+            snapshots=SqliteDocumentSnapshots(reads, self.namespace),
+        )
+        self.search_indexes = AggregateStore(
+            self.log,
+            lambda key: SearchIndex.empty(self.namespace, key),
+            snapshots=SqliteSearchSnapshots(reads, self.namespace),
         )
 
     def _lend(self) -> sqlite3.Connection | None:
@@ -161,10 +173,7 @@ class Memstream:
     def _damaged(self, error: sqlite3.DatabaseError) -> NoReturn:
         """A read met damage: have the projector of this process replace the file, or say how."""
         path = self.settings.database_path
-        if self.projector is not None:
-            connection = self.database
-            identity = connection.identity if isinstance(connection, ReadModelConnection) else None
-            self.projector.report_damage(str(error), identity)
+        if self._report_damage(error):
             raise ReadModelDamagedError(
                 f"read model {path} is damaged ({error}); this process moves it aside and "
                 "rebuilds it from the log: retry in a moment"
@@ -172,6 +181,15 @@ class Memstream:
         raise ReadModelDamagedError(
             f"read model {path} is damaged ({error}); {REBUILD_HINT}"
         ) from error
+
+    def _report_damage(self, error: sqlite3.DatabaseError) -> bool:
+        """Tell the projector of this process (if any: True) that the read model is damaged."""
+        if self.projector is None:
+            return False
+        connection = self.database
+        identity = connection.identity if isinstance(connection, ReadModelConnection) else None
+        self.projector.report_damage(str(error), identity)
+        return True
 
     @property
     def copy_id(self) -> str:
@@ -203,8 +221,8 @@ class Memstream:
     ) -> int:
         """Run a session command; returns the log sequence to wait for when reading."""
         check_session_id(session_id)
-        result = await self.sessions.execute(
-            self.session_subject(session_id), session_id, decide, meta
+        result = await self._execute(
+            self.sessions, self.session_subject(session_id), session_id, decide, meta
         )
         self.last_write_seq = max(self.last_write_seq, result.seq)
         return result.seq
@@ -219,9 +237,36 @@ class Memstream:
     ) -> int:
         """Run a command on the aggregate ``kind``/``key``; returns its log sequence."""
         subject = subject_for(self.log.subject_prefix, self.namespace, kind, key)
-        result = await store.execute(subject, key, decide, meta)
+        result = await self._execute(store, subject, key, decide, meta)
         self.last_write_seq = max(self.last_write_seq, result.seq)
         return result.seq
+
+    async def _execute(
+        self,
+        store: AggregateStore[A],
+        subject: str,
+        key: str,
+        decide: Callable[[A], Sequence[Aggregate.Event]],
+        meta: CommandMeta | None,
+    ) -> CommandResult:
+        """Decide on the read model's snapshot; if the read model turns out damaged, report it
+        (the projector here replaces it) and decide on the aggregate replayed from the log
+        instead: a write does not depend on a disposable read model. The same command id both
+        times, so the log keeps one copy even if the first attempt was published."""
+        meta = meta or CommandMeta()
+        try:
+            return await store.execute(subject, key, decide, meta)
+        except sqlite3.DatabaseError as error:
+            if not is_damage(error):
+                raise
+            self._report_damage(error)
+            logger.warning(
+                "read model %s is damaged (%s); deciding %s on its events from the log",
+                self.settings.database_path,
+                error,
+                subject,
+            )
+            return await store.without_snapshots().execute(subject, key, decide, meta)
 
     async def wait_for_sessions(self, seq: int | None = None) -> None:
         """Read-your-writes: wait until the sessions read model has this client's last write."""

@@ -21,6 +21,7 @@ class WriteBlock:
     content: str
     seq: int
     updated_at: str
+    version: int  # the document's aggregate version after this write (what restores it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,7 @@ class IndexEntry:
     content: str
     seq: int
     updated_at: str
+    version: int  # the search block's aggregate version after this entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,7 @@ def project_context_event(namespace: str, seq: int, event: object) -> list[Conte
                 event.content,
                 seq,
                 event.timestamp.isoformat(),
+                event.originator_version,
             )
         ]
     if isinstance(event, SearchIndex.SearchEntryIndexed):
@@ -91,6 +94,7 @@ def project_context_event(namespace: str, seq: int, event: object) -> list[Conte
                 event.content,
                 seq,
                 event.timestamp.isoformat(),
+                event.originator_version,
             )
         ]
     if isinstance(event, Session.SystemPromptFrozen):

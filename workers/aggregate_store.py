@@ -134,6 +134,10 @@ class AggregateStore(Generic[A]):
         self._locks: dict[str, asyncio.Lock] = {}
         self._cache_size = cache_size
 
+    def without_snapshots(self) -> AggregateStore[A]:
+        """A store of the same aggregates that replays them from the log (nothing cached)."""
+        return AggregateStore(self.log, self._empty, retry_seconds=self.retry_seconds)
+
     async def execute(
         self,
         subject: str,

@@ -35,9 +35,10 @@ def apply_context_writes(connection: sqlite3.Connection, writes: Iterable[Contex
         if isinstance(write, WriteBlock):
             connection.execute(
                 "INSERT INTO context_blocks (namespace, session_id, label, key, content, seq, "
-                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (namespace, session_id, label) DO UPDATE SET key = excluded.key, "
-                "content = excluded.content, seq = excluded.seq, updated_at = excluded.updated_at",
+                "content = excluded.content, seq = excluded.seq, updated_at = excluded.updated_at, "
+                "version = excluded.version",
                 (
                     write.namespace,
                     write.session_id or "",
@@ -46,6 +47,7 @@ def apply_context_writes(connection: sqlite3.Connection, writes: Iterable[Contex
                     write.content,
                     write.seq,
                     write.updated_at,
+                    write.version,
                 ),
             )
         elif isinstance(write, WritePrompt):
@@ -78,6 +80,11 @@ def apply_context_writes(connection: sqlite3.Connection, writes: Iterable[Contex
 
 def _index_entry(connection: sqlite3.Connection, write: IndexEntry) -> None:
     bid = search_block_key(connection, write.namespace, write.block_key)
+    # The block's last event and version: what a writer restores the block from.
+    connection.execute(
+        "UPDATE search_blocks SET last_seq = ?, version = ? WHERE bid = ?",
+        (write.seq, write.version, bid),
+    )
     row = connection.execute(
         "SELECT eid FROM search_entries WHERE bid = ? AND key = ?", (bid, write.entry_key)
     ).fetchone()

@@ -20,7 +20,7 @@ from memstream.projections.sqlite.damage import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # ``PRAGMA application_id`` of a memstream read model ("MSDB"), set by migration
 # APPLICATION_ID_VERSION. A database at a lower version without it is an older memstream read
 # model; any other non-empty database without it is foreign.
@@ -213,6 +213,23 @@ _MIGRATIONS: dict[int, str] = {
     DELETE FROM session_keys;
     DELETE FROM dead_letters WHERE projection = 'sessions';
     DELETE FROM tracking WHERE projection = 'sessions';
+    """,
+    # Each built-in block's aggregate version, and each search block's last event and version,
+    # kept with their content: a writer restores a block from them instead of replaying its
+    # subject (every write of a block carries its whole content). Blocks projected before have
+    # no version, so the context projection is emptied here and projected again from the log.
+    9: """
+    ALTER TABLE context_blocks ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE search_blocks ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE search_blocks ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+    DELETE FROM context_blocks;
+    DELETE FROM cached_prompts;
+    DELETE FROM loaded_skills;
+    DELETE FROM search_entries_fts;
+    DELETE FROM search_entries;
+    DELETE FROM search_blocks;
+    DELETE FROM dead_letters WHERE projection = 'context';
+    DELETE FROM tracking WHERE projection = 'context';
     """,
 }
 

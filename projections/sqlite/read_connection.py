@@ -79,3 +79,32 @@ class Reads(Protocol):
 
     @property
     def in_transaction(self) -> bool: ...
+
+
+class LookupWindow:
+    """Where a snapshot's lazy lookups may run: inside a reading (``low`` None: any position),
+    or guarded (the recorded position within ``low..high``, checked by each lookup)."""
+
+    __slots__ = ("high", "low")
+
+    def __init__(self) -> None:
+        self.low: int | None = None
+        self.high = 0
+
+
+class Reading:
+    """A read transaction on a :class:`ReadConnection` (nothing new when one is open)."""
+
+    __slots__ = ("connection", "opened")
+
+    def __init__(self, connection: ReadConnection) -> None:
+        self.connection = connection
+        self.opened = False
+
+    def __enter__(self) -> None:
+        self.opened = self.connection.begin()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.opened:
+            self.opened = False
+            self.connection.commit()

@@ -20,7 +20,12 @@ from dataclasses import dataclass
 
 from memstream.domain.message_index import NO_MESSAGES, StoredMessages, StoredMessagesMoved
 from memstream.domain.session import Session
-from memstream.projections.sqlite.read_connection import ReadConnection, Reads
+from memstream.projections.sqlite.read_connection import (
+    LookupWindow,
+    ReadConnection,
+    Reading,
+    Reads,
+)
 
 # A stored message carries its children count; an id that is not stored (deleted, with orphans
 # still pointing at it) is counted on the children index.
@@ -38,23 +43,14 @@ _GUARDED_PROBE = (
 )
 
 
-class _Window:
-    """Where lookups may run: inside a reading (``low`` None: any position), or guarded (the
-    recorded position within ``low..high``)."""
-
-    __slots__ = ("high", "low")
-
-    def __init__(self) -> None:
-        self.low: int | None = None
-        self.high = 0
-
-
 class SqliteStoredMessages:
     """One session's message rows (:class:`StoredMessages` over the ``messages`` table)."""
 
     __slots__ = ("connection", "key", "sid", "window")
 
-    def __init__(self, connection: Reads, sid: int, key: tuple[str, str], window: _Window) -> None:
+    def __init__(
+        self, connection: Reads, sid: int, key: tuple[str, str], window: LookupWindow
+    ) -> None:
         self.connection = connection
         self.sid = sid
         self.key = key
@@ -123,12 +119,12 @@ class SqliteSessionSnapshots:
             connection if isinstance(connection, ReadConnection) else ReadConnection(connection)
         )
         self.namespace = namespace
-        self._window = _Window()
+        self._window = LookupWindow()
 
-    def reading(self) -> _Reading:
+    def reading(self) -> Reading:
         """One read transaction (a consistent view) for a snapshot and the lookups after it."""
         self._window.low = None
-        return _Reading(self.connection)
+        return Reading(self.connection)
 
     def guard(self, low: int, high: int) -> None:
         """Until the next reading, lookups run on their own and refuse (raising
@@ -158,21 +154,3 @@ class SqliteSessionSnapshots:
         return SessionSnapshot(
             self.namespace, session_id, int(seq), int(version), prompt, loaded, messages
         )
-
-
-class _Reading:
-    """A read transaction on a connection (nothing new when the caller has one open)."""
-
-    __slots__ = ("connection", "opened")
-
-    def __init__(self, connection: ReadConnection) -> None:
-        self.connection = connection
-        self.opened = False
-
-    def __enter__(self) -> None:
-        self.opened = self.connection.begin()
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.opened:
-            self.opened = False
-            self.connection.commit()

@@ -22,10 +22,11 @@ SCRIPT = Path(__file__).resolve().parents[1] / "support" / "session_process.py"
 LONG = 3_000  # messages that process A appends
 
 
-def _process(*args: str) -> dict[str, Any]:
-    """Run tests/support/session_process.py to its end (bounded) and read its JSON line."""
+def _process(*args: str, script: Path = SCRIPT) -> dict[str, Any]:
+    """Run a support script (tests/support/session_process.py by default) to its end
+    (bounded) and read its JSON line."""
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
+        [sys.executable, str(script), *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -108,3 +109,30 @@ async def test_a_writer_over_more_sessions_than_it_caches_stays_correct(
         await other.close()
     # And the writer's cache stayed bounded
     assert len(ms.sessions._cache) == CACHE_SIZE
+
+
+CONTEXT_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "context_process.py"
+
+
+def _context_process(*args: str) -> dict[str, Any]:
+    return _process(*args, script=CONTEXT_SCRIPT)
+
+
+async def test_a_new_process_decides_on_a_long_written_block_without_reading_it(
+    settings: Settings,
+) -> None:
+    # Given process A, which appended 400 lines to a block (each write carries the whole block)
+    # and wrote 400 entries of a search block, and exited
+    args = (str(settings.nats_url), settings.stream, str(settings.data_dir), "400")
+    filled = await asyncio.to_thread(_context_process, "fill", *args)
+    # When process B, a new process on the same data dir, runs its first context commands
+    result = await asyncio.to_thread(_context_process, "first", *args)
+    # Then the append joined the whole content, an unchanged entry was a no-op, a changed one
+    # was written
+    before, after_append, after_same, after_change = result["seqs"]
+    assert before == filled["stream_last_seq"]
+    assert result["lines"] == 401
+    assert result["content_tail"].endswith("line 399\nlast line")
+    assert (after_append, after_same, after_change) == (before + 1, before + 1, before + 2)
+    # And B read none of the 800 events of the block and the search block from the log
+    assert result["entries_read"] == 0

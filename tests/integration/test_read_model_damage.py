@@ -20,7 +20,7 @@ import pytest
 from support.processes import MEMSTREAM, clean_env, memstream, wait_for_text
 
 from memstream import ReadModelDamagedError
-from memstream.client import Memstream
+from memstream.client import Memstream, open_memstream
 from memstream.projections.sqlite.damage import file_identity
 from memstream.settings import Settings
 from memstream.workers.projector import projector_consumer
@@ -260,24 +260,36 @@ async def test_the_client_recovers_and_a_reader_elsewhere_follows(
     assert b"Traceback" not in stderr, stderr.decode()
 
 
-def overwrite_all_but_tracking(database: Path) -> None:
-    """Garbage over every page but the header page and the tracking table's, so that the next
-    event the projector applies meets damage while its position still reads."""
+def root_pages(database: Path, tables: tuple[str, ...]) -> set[int]:
+    """The root pages of ``tables`` (their indexes included), after a checkpoint that leaves
+    everything in the database file."""
     check = sqlite3.connect(database)
-    kept = {1} | {
+    names = ", ".join("?" * len(tables))
+    roots = {
         int(row[0])
         for row in check.execute(
-            "SELECT rootpage FROM sqlite_master WHERE tbl_name = 'tracking' AND rootpage > 0"
+            f"SELECT rootpage FROM sqlite_master WHERE tbl_name IN ({names}) AND rootpage > 0",
+            tables,
         )
     }
     assert check.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
     check.close()
-    pages = database.stat().st_size // PAGE
+    return roots
+
+
+def garble(database: Path, pages: set[int]) -> None:
     with database.open("r+b") as file:
-        for page in range(1, pages + 1):
-            if page not in kept:
-                file.seek((page - 1) * PAGE)
-                file.write(bytes((i * 37 + page) % 256 for i in range(PAGE)))
+        for page in pages:
+            file.seek((page - 1) * PAGE)
+            file.write(bytes((i * 37 + page) % 256 for i in range(PAGE)))
+
+
+def overwrite_all_but_tracking(database: Path) -> None:
+    """Garbage over every page but the header page and the tracking table's, so that the next
+    event the projector applies meets damage while its position still reads."""
+    kept = {1} | root_pages(database, ("tracking",))
+    pages = database.stat().st_size // PAGE
+    garble(database, set(range(1, pages + 1)) - kept)
 
 
 async def test_the_projector_replaces_a_read_model_it_finds_damaged_in_a_batch(
@@ -377,3 +389,44 @@ async def test_a_short_lived_process_leaves_a_damaged_file_moved_aside(
     [moved] = corrupt_files(settings.database_path)
     assert file_identity(moved) == damaged
     assert file_identity(settings.database_path) not in (None, damaged)
+
+
+def overwrite_root_pages(database: Path, tables: tuple[str, ...]) -> None:
+    """Garbage over the root pages of ``tables``: the file opens, reading them fails."""
+    garble(database, root_pages(database, tables))
+
+
+async def test_a_command_meeting_a_damaged_read_model_is_decided_from_the_log(
+    ms: Memstream, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a session of 100 messages, projected, and a read model then damaged
+    session = ms.session("a")
+    await session.append_messages(
+        [{"id": f"m{n}", "role": "user", "content": f"message {n} " * 50} for n in range(100)]
+    )
+    await ms.wait_for_sessions()
+    overwrite_root_pages(settings.database_path, ("session_state", "messages", "session_keys"))
+
+    # When a new client (nothing cached) runs commands on the session
+    caplog.set_level(logging.WARNING)
+    other = await open_memstream(settings, workers=False)
+    try:
+        before = await other.log.stream_last_seq()
+        appended = await other.session("a").append_message(
+            {"id": "next", "role": "user", "content": "after the damage"}
+        )
+        again = await other.session("a").append_message(
+            {"id": "m7", "role": "user", "content": "an id the session holds"}
+        )
+    finally:
+        await other.close()
+
+    # Then they were decided on the session's events from the log, with a warning: the new
+    # message under the latest leaf, the existing id a no-op
+    assert appended == before + 1
+    assert again == appended
+    assert any("deciding" in r.getMessage() for r in caplog.records)
+    # And the projector here replaced the file and has everything
+    await ms.sync("sessions")
+    history = await ms.session("a").get_history()
+    assert [m["id"] for m in history] == [*(f"m{n}" for n in range(100)), "next"]

@@ -151,14 +151,36 @@ def test_the_session_state_migration_projects_the_sessions_again() -> None:
         "VALUES (1, 'm1', NULL, 'user', '{}', 2, 7168, '')"
     )
     connection.execute("INSERT INTO tracking VALUES ('sessions', 7), ('context', 7)")
-    # When it is migrated to the current version
-    migrate(connection)
+    # When it is migrated to version 8
+    migrate(connection, target=8)
     # Then its sessions have a decision-state table, and the sessions projection starts over
     # (rows projected before have no state row), while the context projection is kept
     assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
     assert connection.execute("SELECT count(*) FROM session_keys").fetchone()[0] == 0
     assert connection.execute("SELECT count(*) FROM session_state").fetchone()[0] == 0
     assert connection.execute("SELECT * FROM tracking").fetchall() == [("context", 7)]
+
+
+def test_the_block_version_migration_projects_the_context_again() -> None:
+    # Given a version-8 database with a block and a search entry, both projections at 7
+    connection = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(connection, target=8)
+    connection.execute(
+        "INSERT INTO context_blocks VALUES ('ns', 's', 'notes', 'notes_s', 'old', 5, '')"
+    )
+    connection.execute("INSERT INTO search_blocks (bid, namespace, key) VALUES (1, 'ns', 'kb')")
+    connection.execute("INSERT INTO search_entries VALUES (1, 1, 'k', 'text', 6, '', '')")
+    connection.execute("INSERT INTO tracking VALUES ('sessions', 7), ('context', 7)")
+    # When it is migrated to the current version
+    migrate(connection)
+    # Then blocks carry versions, and the context projection starts over (rows projected
+    # before have none), while the sessions projection is kept
+    assert connection.execute("SELECT count(*) FROM context_blocks").fetchone()[0] == 0
+    assert connection.execute("SELECT count(*) FROM search_blocks").fetchone()[0] == 0
+    assert connection.execute("SELECT count(*) FROM search_entries").fetchone()[0] == 0
+    assert connection.execute("SELECT * FROM tracking").fetchall() == [("sessions", 7)]
+    columns = [row[1] for row in connection.execute("PRAGMA table_info(search_blocks)")]
+    assert columns[-2:] == ["last_seq", "version"]
 
 
 def test_migrate_is_idempotent(store: Store) -> None:
