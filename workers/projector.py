@@ -118,7 +118,7 @@ class SessionProjection:
         self.rows.forget()
 
     def before_commit(self, connection: sqlite3.Connection) -> None:
-        self.rows.flush_texts(connection)  # see SessionRows: one FTS5 segment per batch
+        self.rows.flush(connection)  # see SessionRows: e.g. one FTS5 segment per batch
 
 
 class ContextProjection:

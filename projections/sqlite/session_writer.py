@@ -51,7 +51,7 @@ ROWS_KEPT = 4096
 
 
 class SessionRows:
-    """What the writes learnt of the read model, and the search text they still owe it.
+    """What the writes learnt of the read model, and the writes they still owe it.
 
     Session keys, and each session's last inserted row (the parent of its next message in a
     chain, found without a lookup): valid inside one transaction, and across transactions of
@@ -59,34 +59,63 @@ class SessionRows:
     :meth:`forget` after a rollback and when another connection may have written (the
     projector watches ``PRAGMA data_version``).
 
-    The FTS5 rows of inserted messages wait here until :meth:`flush_texts` (before the
-    transaction commits, and before any write that deletes search rows). FTS5 keeps the terms
-    of a transaction in memory and writes them out as one index segment at commit, but also at
-    every statement that opens a statement journal, such as an upsert: inserted one by one
-    between the other writes of a batch, the rows of a 200-event batch became 200 segments, and
-    an insert cost ~85 µs instead of ~25.
+    Some writes wait here until :meth:`flush` (before the transaction commits, and before any
+    write other than an insert): the FTS5 rows of inserted messages, the children counts of
+    their parents, the sessions' message counts and each session's position (only a session's
+    last one in a batch is written). FTS5 keeps the terms of a transaction in memory and writes
+    them out as one index segment at commit, but also at every statement that opens a statement
+    journal, such as an upsert: inserted one by one between the other writes of a batch, the
+    rows of a 200-event batch became 200 segments, and an insert cost ~85 µs instead of ~25.
     """
 
-    __slots__ = ("sids", "texts", "tips")
+    __slots__ = ("children", "counts", "positions", "sids", "texts", "tips")
 
     def __init__(self) -> None:
         self.sids: dict[tuple[str, str], int] = {}
         self.tips: dict[int, _Stored] = {}
         self.texts: list[tuple[int, str, int]] = []  # (rowid, text, scope) to index
+        self.children: list[tuple[int]] = []  # parents (mid) that gained a child
+        self.counts: dict[int, int] = {}  # messages added to each session (sid)
+        self.positions: dict[tuple[str, str], tuple[int, int]] = {}  # (seq, version)
 
     def forget(self) -> None:
-        """Drop everything, the unwritten search text included (its transaction rolled back)."""
+        """Drop everything, the unwritten writes included (their transaction rolled back)."""
         self.sids.clear()
         self.tips.clear()
         self.texts.clear()
+        self.children.clear()
+        self.counts.clear()
+        self.positions.clear()
 
-    def flush_texts(self, connection: sqlite3.Connection) -> None:
-        """Write the search rows of the messages inserted so far."""
+    def flush(self, connection: sqlite3.Connection) -> None:
+        """Write what the writes so far still owe the read model."""
         if self.texts:
             connection.executemany(
                 "INSERT INTO messages_fts (rowid, text, scope) VALUES (?, ?, ?)", self.texts
             )
             self.texts.clear()
+        if self.children:
+            connection.executemany(
+                "UPDATE messages SET child_count = child_count + 1 WHERE mid = ?", self.children
+            )
+            self.children.clear()
+        if self.counts:
+            connection.executemany(
+                "UPDATE session_keys SET messages = messages + ? WHERE sid = ?",
+                [(added, sid) for sid, added in self.counts.items() if added],
+            )
+            self.counts.clear()
+        if self.positions:
+            # The session's key rides along, so that restoring a session reads one row.
+            connection.executemany(
+                "INSERT INTO session_state (namespace, session_id, last_seq, version, sid) "
+                "VALUES (?1, ?2, ?3, ?4, "
+                "(SELECT sid FROM session_keys WHERE namespace = ?1 AND session_id = ?2)) "
+                "ON CONFLICT (namespace, session_id) DO UPDATE SET "
+                "last_seq = excluded.last_seq, version = excluded.version, sid = excluded.sid",
+                [(*key, seq, version) for key, (seq, version) in self.positions.items()],
+            )
+            self.positions.clear()
 
     def sid(self, connection: sqlite3.Connection, namespace: str, session_id: str) -> int:
         key = (namespace, session_id)
@@ -111,13 +140,13 @@ def apply_session_writes(
     """Apply writes inside the caller's transaction.
 
     ``rows``: what earlier writes on this connection learnt, see :class:`SessionRows`; the
-    caller then writes their search text (:meth:`SessionRows.flush_texts`) before it commits.
+    caller then writes what they still owe (:meth:`SessionRows.flush`) before it commits.
     Without ``rows`` everything is written before this returns.
     """
     if rows is None:
         rows = SessionRows()
         _apply_session_writes(connection, writes, rows)
-        rows.flush_texts(connection)
+        rows.flush(connection)
     else:
         _apply_session_writes(connection, writes, rows)
 
@@ -125,14 +154,17 @@ def apply_session_writes(
 def _apply_session_writes(
     connection: sqlite3.Connection, writes: Iterable[SessionWrite], rows: SessionRows
 ) -> None:
-    counts: dict[int, int] = {}  # messages added to each session, written once at the end
+    counts = rows.counts
     for write in writes:
-        if isinstance(write, RecordPosition | RecordPrompt | RecordSkill):
+        if isinstance(write, RecordPosition):
+            rows.positions[(write.namespace, write.session_id)] = (write.seq, write.version)
+            continue
+        if isinstance(write, RecordPrompt | RecordSkill):
             _record_state(connection, write)
             continue
         sid = rows.sid(connection, write.namespace, write.session_id)
         if isinstance(write, InsertMessage):
-            stored = _insert(connection, sid, write, rows.tips.get(sid))
+            stored = _insert(connection, sid, write, rows.tips.get(sid), rows.children)
             if stored is not None:
                 rows.stored(stored)
                 if write.text:
@@ -140,9 +172,9 @@ def _apply_session_writes(
                 counts[sid] = counts.get(sid, 0) + 1
             continue
         # Any other write may change the aggregates of the rows it touches, and may delete
-        # search rows: those owed are written first.
+        # search rows or read children counts: what is owed is written first.
         rows.tips.pop(sid, None)
-        rows.flush_texts(connection)
+        rows.flush(connection)
         if isinstance(write, UpdateMessage):
             _update(connection, sid, write)
         elif isinstance(write, DeleteMessages):
@@ -178,11 +210,6 @@ def _apply_session_writes(
                     write.created_at,
                 ),
             )
-    for sid, added in counts.items():
-        if added:
-            connection.execute(
-                "UPDATE session_keys SET messages = messages + ? WHERE sid = ?", (added, sid)
-            )
 
 
 # Moves a subtree's path aggregates by (:depth, :bytes): its root's path changed above it. The
@@ -210,10 +237,15 @@ def _shift_subtree(
 
 
 def _insert(
-    connection: sqlite3.Connection, sid: int, write: InsertMessage, last: _Stored | None
+    connection: sqlite3.Connection,
+    sid: int,
+    write: InsertMessage,
+    last: _Stored | None,
+    parents: list[tuple[int]],
 ) -> _Stored | None:
     """Insert a message; the inserted row, or ``None`` if its id was already stored (the domain
-    never appends an existing id: keep the first content if it did)."""
+    never appends an existing id: keep the first content if it did). Its parent's children
+    count is owed (added to ``parents``)."""
     # The row takes its path aggregates from its parent's row (a root: depth 0, its own bytes).
     # In a chain the parent is the row inserted just before: no lookup.
     parent: tuple[int | None, int, int] = (None, -1, 0)
@@ -254,9 +286,7 @@ def _insert(
         return None
     mid, children = inserted[0]
     if parent_mid is not None:
-        connection.execute(
-            "UPDATE messages SET child_count = child_count + 1 WHERE mid = ?", (parent_mid,)
-        )
+        parents.append((parent_mid,))
     # Orphans left by a delete of this id point at it again (rare: only after a delete), and
     # their subtrees' paths now run through it.
     orphans = (
@@ -331,24 +361,10 @@ def _delete(connection: sqlite3.Connection, sid: int, message_id: str) -> bool:
     return True
 
 
-def _record_state(
-    connection: sqlite3.Connection, write: RecordPosition | RecordPrompt | RecordSkill
-) -> None:
-    """The session's decision-state row. Its position comes last in an event's writes and
-    carries the session's key (``sid``, once it has had messages), so that restoring a session
-    reads one row."""
+def _record_state(connection: sqlite3.Connection, write: RecordPrompt | RecordSkill) -> None:
+    """The session's decision-state row (its position is written by :meth:`SessionRows.flush`,
+    after it in the same transaction: until then the row may be new)."""
     key = (write.namespace, write.session_id)
-    if isinstance(write, RecordPosition):
-        connection.execute(
-            "INSERT INTO session_state (namespace, session_id, last_seq, version, sid) "
-            "VALUES (?1, ?2, ?3, ?4, "
-            "(SELECT sid FROM session_keys WHERE namespace = ?1 AND session_id = ?2)) "
-            "ON CONFLICT (namespace, session_id) DO UPDATE SET "
-            "last_seq = excluded.last_seq, version = excluded.version, sid = excluded.sid",
-            (*key, write.seq, write.version),
-        )
-        return
-    # The event's position follows in the same transaction; until then the row may be new.
     connection.execute(
         "INSERT OR IGNORE INTO session_state (namespace, session_id, last_seq, version) "
         "VALUES (?, ?, 0, 0)",

@@ -208,6 +208,8 @@ def test_a_rolled_back_batch_leaves_nothing_remembered(database: sqlite3.Connect
     assert not projection.rows.texts
     assert not projection.rows.tips
     assert not projection.rows.sids
+    assert not projection.rows.positions
+    assert not projection.rows.children
     assert apply_batch(database, [projection], log.entries[3:], ProjectorStats(), memo=memo) == 6
     queries = SqliteSessionQueries(database)
     assert [m["id"] for m in queries.history(NAMESPACE, "s")] == [f"m{n}" for n in range(6)]
