@@ -16,6 +16,7 @@ from typing import Any
 
 import nats.errors
 import nats.js.errors
+from eventsourcing.utils import get_topic
 from nats.aio.msg import Msg
 from nats.js import api
 
@@ -29,9 +30,12 @@ from memstream.workers.codec import (
     H_MSG_ID,
     H_ORIGINATOR_ID,
     H_ORIGINATOR_VERSION,
+    H_SCHEMA,
     H_TIMESTAMP,
-    H_TOPIC,
+    command_id,
+    event_type,
 )
+from memstream.workers.event_contract import EVENT_TYPES
 from memstream.workers.event_log import EventLog
 from memstream.workers.pull import Puller
 
@@ -57,9 +61,10 @@ class EventQuery:
     """Which events to read; every criterion is optional and they combine with AND.
 
     ``subject`` is a NATS subject filter (wildcards allowed) inside the stream's subjects;
-    ``event_type`` matches the event topic exactly or its class name (``MessageAppended`` or
-    ``Session.MessageAppended``); sequences are inclusive; times are aware datetimes, inclusive,
-    compared with the time the stream stored the event.
+    ``event_type`` matches the event's contract type (``session.message_appended``), its
+    class name (``MessageAppended`` or ``Session.MessageAppended``) or the eventsourcing topic
+    of an event written before the contract; sequences are inclusive; times are aware
+    datetimes, inclusive, compared with the time the stream stored the event.
     """
 
     subject: str | None = None
@@ -86,7 +91,9 @@ class EventQuery:
         if self.since is not None and event.time < self.since:
             return False
         wanted, topic = self.event_type, event.type
-        return not wanted or topic == wanted or topic.endswith((":" + wanted, "." + wanted))
+        if not wanted or topic == wanted or topic.endswith((":" + wanted, "." + wanted)):
+            return True
+        return topic in type_aliases(wanted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +119,43 @@ class AuditEvent:
         }
 
 
+def type_aliases(wanted: str) -> frozenset[str]:
+    """Every name of the event types ``wanted`` names: the contract's (``session.message_appended``)
+    and the eventsourcing topic events written before the contract carry, for a contract name,
+    a class name (``MessageAppended``) or a qualified one (``Session.MessageAppended``)."""
+    names: set[str] = set()
+    for name, cls in EVENT_TYPES.items():
+        topic = get_topic(cls)
+        if wanted in (name, cls.__name__, cls.__qualname__, topic):
+            names.update((name, topic))
+    return frozenset(names)
+
+
+def _audit_headers(headers: dict[str, str], payload: Any) -> dict[str, str]:
+    """The audit fields of an event: from its headers, and for a contract event the derived
+    ones and the aggregate's id, version and time from its payload."""
+    if H_SCHEMA not in headers:
+        return {key: headers[h] for key, h in AUDIT_HEADERS.items() if h in headers}
+    command = command_id(headers)
+    fields = {
+        "command_id": command,
+        "causation_id": headers.get(H_CAUSATION_ID, command),
+        "correlation_id": headers.get(H_CORRELATION_ID, command),
+        "actor": headers.get(H_ACTOR, ""),
+        "msg_id": headers.get(H_MSG_ID, ""),
+        "schema": headers[H_SCHEMA],
+    }
+    if isinstance(payload, dict):
+        for key, field in (
+            ("originator_id", "id"),
+            ("originator_version", "version"),
+            ("timestamp", "time"),
+        ):
+            if field in payload:
+                fields[key] = str(payload[field])
+    return fields
+
+
 def audit_event(msg: Msg) -> AuditEvent:
     """The audit view of one stream message (payload decoded from JSON when it is JSON)."""
     headers = dict(msg.headers or {})
@@ -124,8 +168,8 @@ def audit_event(msg: Msg) -> AuditEvent:
         seq=metadata.sequence.stream,
         subject=msg.subject,
         time=metadata.timestamp,
-        type=headers.get(H_TOPIC, ""),
-        headers={key: headers[h] for key, h in AUDIT_HEADERS.items() if h in headers},
+        type=event_type(msg.data, headers),
+        headers=_audit_headers(headers, payload),
         payload=payload,
     )
 

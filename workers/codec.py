@@ -1,11 +1,31 @@
-"""Domain events to NATS messages and back: eventsourcing's transcoder plus audit headers."""
+"""Domain events to NATS messages and back.
+
+Memstream's own events are written in the public contract (:mod:`event_contract`, version 1):
+a plain JSON payload, the contract version in ``Ms-Schema`` and the audit headers that carry
+something the payload does not. Events written before it (no ``Ms-Schema``) are eventsourcing's
+stored events with the topic, originator and timestamp in headers; they are still read, and
+the eventsourcing persistence module for other applications keeps writing that form
+(:func:`stored_headers`, :func:`to_stored_event`).
+
+Version-1 headers of an event:
+
+- ``Nats-Msg-Id``: the command id, or ``<command id>:<index>`` for the events of a command
+  that decided several (JetStream's de-duplication key);
+- ``Ms-Schema``: the contract version of the payload (``1``);
+- ``Ms-Actor``: who caused it;
+- ``Ms-Command-Id``, ``Ms-Causation-Id``, ``Ms-Correlation-Id``: only where they differ from
+  what can be derived: the command id from ``Nats-Msg-Id`` (up to a ``:``), causation and
+  correlation from the command id.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
@@ -21,6 +41,14 @@ from eventsourcing.persistence import (
     UUIDAsHex,
 )
 
+from memstream.workers.event_contract import (
+    SCHEMA,
+    EventContractError,
+    decode_payload,
+    encode_payload,
+    type_name,
+)
+
 H_TOPIC = "Ms-Topic"
 H_CLASS_VERSION = "Ms-Class-Version"
 H_ORIGINATOR_ID = "Ms-Originator-Id"
@@ -31,6 +59,8 @@ H_CORRELATION_ID = "Ms-Correlation-Id"
 H_ACTOR = "Ms-Actor"
 H_TIMESTAMP = "Ms-Timestamp"
 H_MSG_ID = "Nats-Msg-Id"
+H_SCHEMA = "Ms-Schema"
+_SCHEMA_TEXT = str(SCHEMA)
 H_EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 
 
@@ -90,11 +120,48 @@ def mapper() -> Mapper[Any]:
 def encode_event(
     event: CanMutateAggregate[Any], meta: CommandMeta, msg_id: str
 ) -> tuple[bytes, dict[str, str]]:
-    """Return the payload and headers of one event's NATS message."""
+    """Return the payload and headers of one event's NATS message (contract version 1 for
+    memstream's events, eventsourcing's stored form for any other)."""
+    if type_name(event) is None:
+        return _encode_stored(event, meta, msg_id)
+    headers = {H_SCHEMA: _SCHEMA_TEXT, H_MSG_ID: msg_id, H_ACTOR: meta.actor}
+    command_id = meta.command_id
+    if command_id != msg_id.partition(":")[0] or ":" in command_id:
+        headers[H_COMMAND_ID] = command_id
+    if meta.causation_id and meta.causation_id != command_id:
+        headers[H_CAUSATION_ID] = meta.causation_id
+    if meta.correlation_id and meta.correlation_id != command_id:
+        headers[H_CORRELATION_ID] = meta.correlation_id
+    return encode_payload(event), headers
+
+
+def _encode_stored(
+    event: CanMutateAggregate[Any], meta: CommandMeta, msg_id: str
+) -> tuple[bytes, dict[str, str]]:
     stored = mapper().to_stored_event(event)
     headers = stored_headers(stored, meta, msg_id, event.timestamp.isoformat())
     headers[H_CLASS_VERSION] = str(getattr(type(event), "class_version", 1))
     return stored.state, headers
+
+
+def command_id(headers: Mapping[str, str]) -> str:
+    """The command id of an event's message (either contract)."""
+    explicit = headers.get(H_COMMAND_ID)
+    if explicit:
+        return explicit
+    return headers.get(H_MSG_ID, "").partition(":")[0]
+
+
+def event_type(payload: bytes, headers: Mapping[str, str]) -> str:
+    """The type of an event's message: its contract name, or the eventsourcing topic of an
+    event written before the contract (``""`` when it says none)."""
+    if H_SCHEMA not in headers:
+        return headers.get(H_TOPIC, "")
+    with contextlib.suppress(ValueError):
+        data = json.loads(payload)
+        if isinstance(data, dict) and isinstance(data.get("type"), str):
+            return str(data["type"])
+    return ""
 
 
 def stored_headers(
@@ -132,7 +199,21 @@ def to_stored_event(payload: bytes, headers: dict[str, str]) -> StoredEvent:
     )
 
 
-def decode_event(payload: bytes, headers: dict[str, str]) -> CanMutateAggregate[Any]:
-    """Rebuild the domain event of a NATS message (upcasting old class versions)."""
-    event: Any = mapper().to_domain_event(to_stored_event(payload, headers))
+def decode_event(payload: bytes, headers: Mapping[str, str]) -> CanMutateAggregate[Any]:
+    """Rebuild the domain event of a NATS message (upcasting older contract or class
+    versions).
+
+    Raises:
+        EventContractError: a contract payload that is not a known event.
+        Exception: an eventsourcing stored event that cannot be rebuilt.
+    """
+    schema = headers.get(H_SCHEMA)
+    if schema is not None:
+        try:
+            version = int(schema)
+        except ValueError:
+            raise EventContractError(f"Ms-Schema is {schema!r}, not a version") from None
+        event: Any = decode_payload(payload, version)
+    else:
+        event = mapper().to_domain_event(to_stored_event(payload, dict(headers)))
     return cast("CanMutateAggregate[Any]", event)

@@ -45,7 +45,7 @@ from memstream.projections.sqlite.database import (
     tracked_seqs,
 )
 from memstream.projections.sqlite.session_writer import SessionRows, apply_session_writes
-from memstream.workers.codec import H_TOPIC, decode_event
+from memstream.workers.codec import decode_event, event_type
 from memstream.workers.event_log import EventLog, LogEntry
 from memstream.workers.position import Demand
 from memstream.workers.pull import Puller, stream_sequence
@@ -324,7 +324,7 @@ def _dead_letter(
         projection,
         entry.seq,
         entry.subject,
-        entry.headers.get(H_TOPIC, ""),
+        event_type(entry.payload, entry.headers),
         repr(error),
         attempts,
     )

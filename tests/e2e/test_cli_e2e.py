@@ -94,20 +94,24 @@ def test_append_history_search_export_rebuild_verify_status(
         assert set(event) == {"seq", "subject", "time", "type", "headers", "payload"}
         assert set(event["headers"]) >= AUDIT_HEADERS
         assert event["subject"] == "ms.default.session.trip"
-        assert event["type"].endswith("Session.MessageAppended")
+        assert event["type"] == "session.message_appended"  # the public contract's name
+        assert event["headers"]["schema"] == "1"
     assert [e["payload"]["message_id"] for e in events] == ["m1", "m2", "m3"]
+    # The message is a nested object in the payload (event contract v1)
+    assert events[0]["payload"]["message"]["id"] == "m1"
     assert events[2]["payload"]["parent_id"] == "m1"
-    filtered = memstream(
-        env, "events", "export", "--type", "MessageAppended", "--from-seq", "2", "--to-seq", "2"
-    ).stdout.splitlines()
-    assert [json.loads(line)["seq"] for line in filtered] == [2]
+    for wanted in ("MessageAppended", "session.message_appended"):
+        filtered = memstream(
+            env, "events", "export", "--type", wanted, "--from-seq", "2", "--to-seq", "2"
+        ).stdout.splitlines()
+        assert [json.loads(line)["seq"] for line in filtered] == [2]
     assert memstream(env, "events", "export", "--type", "MessagesDeleted").stdout == ""
     tail = memstream(env, "events", "tail", "-n", "2", "--json").stdout.splitlines()
     assert [json.loads(line)["seq"] for line in tail] == [2, 3]
     # And one event is shown by its sequence, the same object as its export line
     assert json_of(env, "events", "show", "3") == events[2]
     shown = memstream(env, "events", "show", "3").stdout
-    assert "Session.MessageAppended" in shown
+    assert "session.message_appended" in shown
     assert events[2]["headers"]["command_id"] in shown
     missing = memstream(env, "events", "show", "4", expect=1)
     assert missing.stderr == "error: no event at sequence 4; the log's last sequence is 3\n"

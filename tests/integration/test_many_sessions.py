@@ -8,11 +8,10 @@ sessions than it caches stays correct.
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+from support.processes import script_json
 
 from memstream.client import Memstream, open_memstream
 from memstream.settings import Settings
@@ -23,17 +22,8 @@ LONG = 3_000  # messages that process A appends
 
 
 def _process(*args: str, script: Path = SCRIPT) -> dict[str, Any]:
-    """Run a support script (tests/support/session_process.py by default) to its end
-    (bounded) and read its JSON line."""
-    done = subprocess.run(
-        [sys.executable, str(script), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    """Run a support script (tests/support/session_process.py by default) and read its JSON."""
+    result: dict[str, Any] = script_json(script, *args)
     return result
 
 

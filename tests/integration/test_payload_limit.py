@@ -38,8 +38,8 @@ async def test_an_event_over_the_servers_max_payload_is_an_input_error(
         session = ms.session("big")
         await session.append_message({"id": "small", "role": "user", "content": "fits"})
         # When a message within our 1 MiB limit but whose event exceeds the server's limit is sent
-        # (newlines: 2 bytes of message JSON each, 3 once escaped again inside the event)
-        big = {"id": "big", "role": "user", "content": "\n" * 360_000}
+        # (1,048,538 bytes of message JSON, plus the event's own fields around it)
+        big = {"id": "big", "role": "user", "content": "x" * (1024 * 1024 - 100)}
         with pytest.raises(InvalidInputError, match="max_payload is 1048576"):
             await session.append_message(big)
         # Then nothing was written and the session still works

@@ -34,6 +34,20 @@ def json_of(env: dict[str, str], *args: str) -> Any:
     return json.loads(memstream(env, *args, "--json").stdout)
 
 
+def script_json(script: Path, *args: str, timeout: float = 120) -> Any:
+    """Run a Python script with this interpreter to its end (bounded) and read the JSON of its
+    last output line."""
+    done = subprocess.run(
+        [sys.executable, str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def wait_for_text(
     path: Path, text: str, process: subprocess.Popen[str], timeout: float = 30
 ) -> None:

@@ -1,0 +1,156 @@
+"""The public event contract (version 1): plain JSON payloads with stable type names, few
+headers, every event type round-tripping, events written before the contract still read, and
+an upcaster path for a later version."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from support.events import every_event
+from support.messages import msg
+
+from memstream.domain.messages import encode_message, normalize_message
+from memstream.domain.session import Session
+from memstream.workers import event_contract
+from memstream.workers.codec import (
+    H_ACTOR,
+    H_CAUSATION_ID,
+    H_COMMAND_ID,
+    H_CORRELATION_ID,
+    H_MSG_ID,
+    H_SCHEMA,
+    H_TOPIC,
+    CommandMeta,
+    _encode_stored,
+    command_id,
+    decode_event,
+    encode_event,
+    event_type,
+)
+from memstream.workers.event_contract import EVENT_TYPES, EventContractError
+
+
+def test_every_event_type_has_a_stable_dotted_name_and_round_trips() -> None:
+    events = every_event()
+    assert {type(e) for e in events} == set(EVENT_TYPES.values())
+    for name in EVENT_TYPES:
+        assert re.fullmatch(r"(session|context)\.[a-z_]+", name), name
+    meta = CommandMeta()
+    for event in events:
+        payload, headers = encode_event(event, meta, meta.command_id)
+        decoded = decode_event(payload, headers)
+        assert type(decoded) is type(event)
+        assert vars(decoded) == vars(event)
+        assert list(vars(decoded)) == list(vars(event))  # the same attribute order too
+
+
+def test_a_payload_is_plain_json_with_the_message_nested() -> None:
+    event = Session.empty("default", "s").append_message(msg("m1", "hi"))[0]
+    payload, _ = encode_event(event, CommandMeta(), "x")
+    data = json.loads(payload)
+    assert list(data) == [
+        "type",
+        "id",
+        "version",
+        "time",
+        "session_id",
+        "message_id",
+        "parent_id",
+        "message",
+    ]
+    assert data["type"] == "session.message_appended"
+    assert data["id"] == str(event.originator_id)
+    assert data["version"] == 1
+    assert data["time"].endswith("+00:00")  # ISO 8601, UTC
+    assert data["message"] == json.loads(event.message_json)
+    assert "_type_" not in payload.decode()
+
+
+def test_a_message_event_costs_at_most_1_3_times_its_message_plus_200_bytes() -> None:
+    text = "word " * 90
+    stored = normalize_message({"id": "msg-0001", "role": "user", "content": text})
+    size = len(encode_message(stored).encode())
+    assert 500 <= size <= 540
+    event = Session.empty("default", "chat").append_message(stored)[0]
+    meta = CommandMeta()
+    payload, headers = encode_event(event, meta, meta.command_id)
+    # What the log stores besides the subject: payload and headers, plus the expected-sequence
+    # header every write carries.
+    headers["Nats-Expected-Last-Subject-Sequence"] = "123456"
+    wire = len(payload) + sum(len(k) + len(v) + 4 for k, v in headers.items()) + 12
+    assert wire <= 1.3 * size + 200, (wire, size)
+
+
+def test_headers_carry_only_what_the_payload_and_the_message_id_do_not() -> None:
+    event = Session.empty("default", "s").append_message(msg("m1"))[0]
+    meta = CommandMeta(command_id="cmd-1", actor="agent-7")
+    _, headers = encode_event(event, meta, "cmd-1")
+    assert headers == {H_SCHEMA: "1", H_MSG_ID: "cmd-1", H_ACTOR: "agent-7"}
+    assert command_id(headers) == "cmd-1"
+    # The second event of a command: the command id is still derivable from the message id
+    _, headers = encode_event(event, meta, "cmd-1:1")
+    assert H_COMMAND_ID not in headers
+    assert command_id(headers) == "cmd-1"
+    # A command id with a colon, and causation/correlation that differ, are spelled out
+    meta = CommandMeta(command_id="a:b", causation_id="cause", correlation_id="flow")
+    _, headers = encode_event(event, meta, "a:b")
+    assert headers[H_COMMAND_ID] == "a:b"
+    assert command_id(headers) == "a:b"
+    assert headers[H_CAUSATION_ID] == "cause"
+    assert headers[H_CORRELATION_ID] == "flow"
+
+
+def test_events_written_before_the_contract_are_still_read() -> None:
+    meta = CommandMeta()
+    for event in every_event():
+        payload, headers = _encode_stored(event, meta, meta.command_id)
+        assert H_SCHEMA not in headers
+        decoded = decode_event(payload, headers)
+        assert vars(decoded) == vars(event)
+        assert event_type(payload, headers) == headers[H_TOPIC]
+
+
+def test_what_is_not_an_event_of_the_contract_is_refused() -> None:
+    good, headers = encode_event(
+        Session.empty("default", "s").append_message(msg("m1"))[0], CommandMeta(), "x"
+    )
+    data = json.loads(good)
+    cases: list[tuple[bytes, str]] = [
+        (b"not json", "not JSON"),
+        (b"[1, 2]", "not an object"),
+        (json.dumps({**data, "type": "session.nope"}).encode(), "unknown event type"),
+        (json.dumps({k: v for k, v in data.items() if k != "id"}).encode(), "missing"),
+        (json.dumps({**data, "time": "yesterday"}).encode(), "malformed"),
+    ]
+    for payload, reason in cases:
+        with pytest.raises(EventContractError, match=reason):
+            decode_event(payload, headers)
+    with pytest.raises(EventContractError, match="not known"):
+        decode_event(good, {**headers, H_SCHEMA: "2"})
+    with pytest.raises(EventContractError, match="not a version"):
+        decode_event(good, {**headers, H_SCHEMA: "one"})
+
+
+def test_a_later_contract_version_upcasts_older_payloads(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a contract version 2 that renamed a field of session.skill_loaded
+    event = Session.empty("default", "s").load_skill("docs", "a")[0]
+    payload, headers = encode_event(event, CommandMeta(), "x")
+
+    def rename(data: dict[str, Any]) -> dict[str, Any]:
+        data["label"] = data.pop("skill_label", data.get("label"))
+        return data
+
+    monkeypatch.setattr(event_contract, "SCHEMA", 2)
+    monkeypatch.setitem(event_contract.UPCASTERS, ("session.skill_loaded", 1), rename)
+    # When a version-1 payload is read, it goes through the upcaster
+    assert vars(decode_event(payload, headers)) == vars(event)
+    # And a type without an upcaster is refused, not misread
+    other, _ = encode_event(
+        Session.empty("default", "s").load_skill("docs", "b")[0], CommandMeta(), "y"
+    )
+    monkeypatch.delitem(event_contract.UPCASTERS, ("session.skill_loaded", 1))
+    with pytest.raises(EventContractError, match="no upcaster"):
+        decode_event(other, headers)

@@ -1,0 +1,109 @@
+"""Write ``docs/schemas/<type>.schema.json``, the JSON Schema of every event type of the public
+event contract (version 1), from the field table below: ``python tools/event_schemas.py``.
+
+``tests/unit/test_event_catalogue.py`` checks that the schemas, ``docs/events.md`` and the
+events the code writes agree.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMAS = ROOT / "docs" / "schemas"
+
+STRING: dict[str, Any] = {"type": "string"}
+NULLABLE_STRING: dict[str, Any] = {"type": ["string", "null"]}
+MESSAGE: dict[str, Any] = {
+    "type": "object",
+    "description": "The stored message: its id, role and parts, and any other fields it had.",
+    "required": ["id", "role", "parts"],
+    "properties": {
+        "id": STRING,
+        "role": STRING,
+        "parts": {"type": "array", "items": {"type": "object"}},
+    },
+}
+SESSION = {"session_id": STRING}
+
+FIELDS: dict[str, dict[str, dict[str, Any]]] = {
+    "session.message_appended": {
+        **SESSION,
+        "message_id": STRING,
+        "parent_id": NULLABLE_STRING,
+        "message": MESSAGE,
+    },
+    "session.messages_appended": {
+        **SESSION,
+        "messages": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["message_id", "parent_id", "message"],
+                "properties": {
+                    "message_id": STRING,
+                    "parent_id": NULLABLE_STRING,
+                    "message": MESSAGE,
+                },
+            },
+        },
+    },
+    "session.message_updated": {**SESSION, "message_id": STRING, "message": MESSAGE},
+    "session.messages_deleted": {
+        **SESSION,
+        "message_ids": {"type": "array", "items": STRING},
+    },
+    "session.messages_cleared": {**SESSION},
+    "session.compaction_added": {
+        **SESSION,
+        "compaction_id": STRING,
+        "summary": STRING,
+        "from_message_id": STRING,
+        "to_message_id": STRING,
+    },
+    "session.system_prompt_frozen": {**SESSION, "prompt": STRING, "refreshed": {"type": "boolean"}},
+    "session.skill_loaded": {**SESSION, "label": STRING, "key": STRING},
+    "session.skill_unloaded": {**SESSION, "label": STRING, "key": STRING},
+    "context.block_written": {
+        "key": STRING,
+        "label": STRING,
+        "session_id": NULLABLE_STRING,
+        "content": STRING,
+    },
+    "context.search_entry_indexed": {"key": STRING, "entry_key": STRING, "content": STRING},
+}
+
+
+def schema(name: str) -> dict[str, Any]:
+    properties: dict[str, Any] = {
+        "type": {"const": name},
+        "id": {"type": "string", "format": "uuid"},
+        "version": {"type": "integer", "minimum": 1},
+        "time": {"type": "string", "format": "date-time"},
+        **FIELDS[name],
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"https://memstream.dev/schemas/events/v1/{name}.schema.json",
+        "title": name,
+        "description": f"Payload of a {name} event (event contract version 1; docs/events.md).",
+        "type": "object",
+        "additionalProperties": False,
+        "required": list(properties),
+        "properties": properties,
+    }
+
+
+def main() -> None:
+    SCHEMAS.mkdir(parents=True, exist_ok=True)
+    for name in FIELDS:
+        text = json.dumps(schema(name), indent=2) + "\n"
+        (SCHEMAS / f"{name}.schema.json").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
