@@ -72,12 +72,20 @@ def root(
         str | None,
         typer.Option("--namespace", help="Namespace (env MEMSTREAM_NAMESPACE; default: default)."),
     ] = None,
+    actor: Annotated[
+        str | None,
+        typer.Option(
+            "--actor",
+            help="Who the events of this command are recorded as caused by (env "
+            "MEMSTREAM_ACTOR; default: user@host).",
+        ),
+    ] = None,
 ) -> None:
     """memstream: an event-sourced memory platform on NATS JetStream.
 
     Example: memstream --data-dir /tmp/ms up --demo
     """
-    ctx.obj = GlobalOptions(data_dir, nats_url, stream, namespace)
+    ctx.obj = GlobalOptions(data_dir, nats_url, stream, namespace, actor)
 
 
 app.command("up")(platform.up)

@@ -28,6 +28,7 @@ class GlobalOptions:
     nats_url: str | None = None
     stream: str | None = None
     namespace: str | None = None
+    actor: str | None = None
 
 
 def settings_of(ctx: typer.Context) -> Settings:
@@ -42,6 +43,7 @@ def settings_of(ctx: typer.Context) -> Settings:
         nats_url=options.nats_url,
         stream=options.stream,
         namespace=options.namespace,
+        actor=options.actor,
     )
 
 

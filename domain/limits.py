@@ -8,6 +8,7 @@ from typing import Final
 from memstream.domain.errors import InvalidInputError
 
 MESSAGE_MAX_BYTES: Final = 1024 * 1024
+ACTOR_MAX_CHARS: Final = 128
 MESSAGE_ID_MAX_CHARS: Final = 256
 SESSION_ID_MAX_CHARS: Final = 256
 MEMORY_SESSION_ID_MAX_CHARS: Final = 64
@@ -121,6 +122,15 @@ def check_namespace(value: object) -> str:
     if not _NAMESPACE_RE.fullmatch(name):
         raise InvalidInputError(f"namespace {name!r} may contain only [a-z0-9_-]")
     return name
+
+
+def check_actor(value: object) -> str:
+    """Validate who is recorded as causing events (``Ms-Actor``): 1–128 printable
+    characters (a NATS header value: no control characters, so no line breaks)."""
+    actor = check_chars("actor", value, minimum=1, maximum=ACTOR_MAX_CHARS)
+    if not actor.isprintable():
+        raise InvalidInputError(f"actor {actor!r} must be printable, without control characters")
+    return actor
 
 
 def check_session_id(value: object) -> str:

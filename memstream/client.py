@@ -21,7 +21,7 @@ from memstream.domain.errors import (
     ProjectionLagError,
     ReadModelDamagedError,
 )
-from memstream.domain.limits import check_namespace, check_session_id
+from memstream.domain.limits import check_actor, check_namespace, check_session_id
 from memstream.domain.session import Session as SessionAggregate
 from memstream.projections.sqlite.context_queries import SqliteContextQueries
 from memstream.projections.sqlite.context_snapshots import (
@@ -42,7 +42,7 @@ from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 from memstream.projections.sqlite.session_snapshots import SqliteSessionSnapshots
 from memstream.read_guard import guarded
 from memstream.session import Session
-from memstream.settings import Settings
+from memstream.settings import Settings, default_actor
 from memstream.workers.aggregate_store import AggregateStore, CommandResult
 from memstream.workers.codec import CommandMeta
 from memstream.workers.data_dir import prepare_data_dir, private_database
@@ -74,6 +74,8 @@ class Memstream:
     ) -> None:
         self.settings = settings
         self.namespace = settings.namespace
+        # Recorded in every event this client causes (a session may name its own).
+        self.actor = check_actor(settings.actor) if settings.actor is not None else default_actor()
         self.client = client
         self.log = log
         self.runtime = runtime
@@ -199,9 +201,10 @@ class Memstream:
     def _empty_session(self, session_id: str) -> SessionAggregate:
         return SessionAggregate.empty(self.namespace, session_id)
 
-    def session(self, session_id: str = "") -> Session:
-        """A Session builder for ``session_id`` (``""`` is the default session)."""
-        return Session(self, session_id)
+    def session(self, session_id: str = "", *, actor: str | None = None) -> Session:
+        """A Session builder for ``session_id`` (``""`` is the default session). ``actor``
+        names who causes the session's events (default: this client's :attr:`actor`)."""
+        return Session(self, session_id, actor=actor)
 
     def session_subject(self, session_id: str) -> str:
         """The subject a session's events live on (memoised: it is needed on every write)."""
@@ -253,7 +256,7 @@ class Memstream:
         (the projector here replaces it) and decide on the aggregate replayed from the log
         instead: a write does not depend on a disposable read model. The same command id both
         times, so the log keeps one copy even if the first attempt was published."""
-        meta = meta or CommandMeta()
+        meta = meta or CommandMeta(actor=self.actor)
         try:
             return await store.execute(subject, key, decide, meta)
         except sqlite3.DatabaseError as error:
@@ -451,11 +454,13 @@ async def connect(
     namespace: str = "default",
     workers: bool | None = None,
     settings: Settings | None = None,
+    actor: str | None = None,
 ) -> AsyncIterator[Memstream]:
     """Connect to memstream (embedded by default) for the duration of an ``async with``.
 
     Unset arguments come from ``MEMSTREAM_*`` settings. ``workers=None`` runs the workers in this
-    process exactly when it owns the embedded log.
+    process exactly when it owns the embedded log. ``actor`` is recorded in every event this
+    client causes (``MEMSTREAM_ACTOR``; default: the OS user and host, ``user@host``).
 
     Example:
         async with memstream.connect() as ms:
@@ -466,6 +471,7 @@ async def connect(
         "data_dir": Path(data_dir) if data_dir is not None else None,
         "nats_url": nats_url,
         "database_url": database_url,
+        "actor": None if actor is None else check_actor(actor),
     }
     if namespace != "default" or settings is None:
         overrides["namespace"] = check_namespace(namespace) if namespace != "default" else None

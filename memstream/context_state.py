@@ -32,12 +32,16 @@ class SessionPromptStore:
             winner[:] = [prompt if aggregate.frozen_prompt is None else aggregate.frozen_prompt]
             return aggregate.freeze_system_prompt(prompt)
 
-        await self.session.memstream.session_command(self.session.session_id, decide)
+        await self.session.memstream.session_command(
+            self.session.session_id, decide, self.session.command_meta()
+        )
         return winner[0]
 
     async def refresh(self, prompt: str) -> None:
         await self.session.memstream.session_command(
-            self.session.session_id, lambda aggregate: aggregate.refresh_system_prompt(prompt)
+            self.session.session_id,
+            lambda aggregate: aggregate.refresh_system_prompt(prompt),
+            self.session.command_meta(),
         )
 
 
@@ -64,12 +68,16 @@ class SessionSkillLog:
 
     async def record_load(self, label: str, key: str) -> None:
         await self.session.memstream.session_command(
-            self.session.session_id, lambda aggregate: aggregate.load_skill(label, key)
+            self.session.session_id,
+            lambda aggregate: aggregate.load_skill(label, key),
+            self.session.command_meta(),
         )
 
     async def record_unload(self, label: str, key: str) -> None:
         await self.session.memstream.session_command(
-            self.session.session_id, lambda aggregate: aggregate.unload_skill(label, key)
+            self.session.session_id,
+            lambda aggregate: aggregate.unload_skill(label, key),
+            self.session.command_meta(),
         )
 
 

@@ -12,6 +12,7 @@ from memstream.ai_tools import ToolSet, context_tools
 from memstream.domain.errors import InvalidInputError, MemstreamError
 from memstream.domain.limits import (
     SEARCH_LIMIT_MAX,
+    check_actor,
     check_int,
     check_session_id,
     require_str,
@@ -24,7 +25,7 @@ from memstream.domain.session import Session as SessionAggregate
 from memstream.domain.system_prompt import ContextBlock
 from memstream.projections.recent_history import RecentHistory
 from memstream.session_context import SessionContext, block_config
-from memstream.workers.codec import decode_event
+from memstream.workers.codec import CommandMeta, decode_event
 
 if TYPE_CHECKING:
     from memstream.client import Memstream
@@ -39,9 +40,10 @@ class Session:
     with this client's last write (read-your-writes).
     """
 
-    def __init__(self, ms: Memstream, session_id: str = "") -> None:
+    def __init__(self, ms: Memstream, session_id: str = "", *, actor: str | None = None) -> None:
         self._ms = ms
         self._session_id = check_session_id(session_id)
+        self._actor = None if actor is None else check_actor(actor)
         self._context = SessionContext(self)
 
     # -- builder ------------------------------------------------------------------------------
@@ -89,11 +91,20 @@ class Session:
     def memstream(self) -> Memstream:
         return self._ms
 
+    @property
+    def actor(self) -> str:
+        """Who this session's events are recorded as caused by."""
+        return self._actor or self._ms.actor
+
+    def command_meta(self) -> CommandMeta:
+        """The audit fields of a new command of this session."""
+        return CommandMeta(actor=self.actor)
+
     # -- writes --------------------------------------------------------------------------------
 
     async def _command(self, decide: Any) -> int:
         await self._context.ready()
-        return await self._ms.session_command(self._session_id, decide)
+        return await self._ms.session_command(self._session_id, decide, self.command_meta())
 
     async def append_message(self, message: Message, parent_id: Any = OMITTED) -> int:
         """Append a message (omitted parent → latest leaf; ``None`` → new root).

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import getpass
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from memstream.domain.limits import check_namespace, check_stream_name
+from memstream.domain.limits import (
+    ACTOR_MAX_CHARS,
+    check_actor,
+    check_namespace,
+    check_stream_name,
+)
 from memstream.domain.redaction import MASK, redact_url
 
 _SECRETS = frozenset({"nats_password", "nats_token", "llm_api_key"})
@@ -34,6 +41,7 @@ class Settings:
     llm_api_key: str | None = None
     read_timeout: float = 10.0
     write_timeout: float = 5.0
+    actor: str | None = None  # recorded in every event; None: the OS user and host
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -53,6 +61,7 @@ class Settings:
             "llm_url": env.get("MEMSTREAM_LLM_URL") or None,
             "llm_model": env.get("MEMSTREAM_LLM_MODEL") or None,
             "llm_api_key": env.get("MEMSTREAM_LLM_API_KEY") or None,
+            "actor": env.get("MEMSTREAM_ACTOR") or None,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "data_dir" in overrides and overrides["data_dir"] is not None:
@@ -60,6 +69,8 @@ class Settings:
         settings = cls(**values)
         check_namespace(settings.namespace)
         check_stream_name(settings.stream)
+        if settings.actor is not None:
+            check_actor(settings.actor)
         return settings
 
     def __repr__(self) -> str:
@@ -81,3 +92,14 @@ class Settings:
     def database_path(self) -> Path:
         """The SQLite read-model database in the data dir."""
         return self.data_dir / "memstream.db"
+
+
+def default_actor() -> str:
+    """Who causes events when nobody says: the OS user and host (``user@host``)."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no user name in this environment (getpass raises OSError or KeyError)
+        user = "unknown"
+    text = f"{user}@{socket.gethostname() or 'localhost'}"
+    printable = "".join(char for char in text if char.isprintable())
+    return printable[:ACTOR_MAX_CHARS] or "memstream"

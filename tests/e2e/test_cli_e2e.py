@@ -348,3 +348,22 @@ def test_verify_exits_1_and_shows_where_a_tampered_read_model_differs(
     # And a rebuild from the log repairs it
     memstream(env, "projections", "rebuild")
     assert all(v["ok"] for v in json_of(env, "projections", "verify"))
+
+
+def test_a_command_records_the_actor_it_is_given(
+    cli_env: dict[str, str], projector: subprocess.Popen[str]
+) -> None:
+    # Given a write by a named actor, one by the environment's, and one by default (user@host)
+    memstream(cli_env, "--actor", "ops-oncall", "append", "s", "--id", "m1", "--text", "hi")
+    named = {**cli_env, "MEMSTREAM_ACTOR": "nightly-import"}
+    memstream(named, "append", "s", "--id", "m2", "--text", "ho")
+    memstream(cli_env, "append", "s", "--id", "m3", "--text", "hu")
+    # Then the audit trail says who did each
+    actors = [json_of(cli_env, "events", "show", str(seq))["headers"]["actor"] for seq in (1, 2, 3)]
+    assert actors[:2] == ["ops-oncall", "nightly-import"]
+    assert "@" in actors[2]
+    # And a bad actor is one line, before anything is written
+    refused = memstream(cli_env, "--actor", "a\tb", "append", "s", "--text", "x", expect=1)
+    assert refused.stderr.startswith("error: actor ")
+    assert "printable" in refused.stderr
+    assert memstream(cli_env, "events", "show", "4", expect=1).returncode == 1

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import nats
+import pytest
 from support.processes import script_json
 
 from memstream.client import Memstream, open_memstream
+from memstream.domain.errors import InvalidInputError
+from memstream.domain.limits import check_actor
 from memstream.domain.session import Session as SessionAggregate
 from memstream.settings import Settings
 from memstream.workers.codec import H_SCHEMA, CommandMeta, _encode_stored
@@ -130,3 +134,49 @@ async def test_the_example_consumer_counts_messages_with_nats_py_and_json(
     await a.append_message(_message(6))
     assert await asyncio.to_thread(_follow, settings, state) == {"a": 6, "b": 1}
     assert json.loads(state.read_text())["last_seq"] == await ms.log.stream_last_seq()
+
+
+async def _actors(ms: Memstream) -> list[str]:
+    """The Ms-Actor of every event on the log, in order."""
+    found = []
+    async for entry in ms.log.read_subject(f"{ms.log.subject_prefix}.>"):
+        found.append(entry.headers["Ms-Actor"])
+    return found
+
+
+async def test_events_record_who_caused_them(settings: Settings) -> None:
+    # Given a client with no actor set: its events name the OS user and host
+    ms = await open_memstream(settings, workers=True)
+    try:
+        await ms.session("a").append_message(_message(0))
+        [default] = await _actors(ms)
+        assert re.fullmatch(r"[^@\s]+@[^@\s]+", default), default
+    finally:
+        await ms.close()
+    # And a client that names one, and a session that names its own
+    ms = await open_memstream(settings.with_(actor="svc-ingest"), workers=True)
+    try:
+        await ms.session("a").append_message(_message(1))
+        agent = ms.session("a", actor="agent-7").with_context("notes").with_cached_prompt()
+        await agent.append_message(_message(2))
+        await agent.freeze_system_prompt()
+        # (a block write records the client's actor: blocks may be shared between sessions)
+        await agent.replace_context_block("notes", "remember this")
+        actors = await _actors(ms)
+        assert actors[1:] == ["svc-ingest", "agent-7", "agent-7", "svc-ingest"]
+    finally:
+        await ms.close()
+
+
+async def test_a_bad_actor_is_refused_before_anything_is_written(ms: Memstream) -> None:
+    before = await ms.log.stream_last_seq()
+    for actor, reason in (
+        ("", "minimum is 1"),
+        ("x" * 129, "limit is 128"),
+        ("a\r\nb", "printable"),
+    ):
+        with pytest.raises(InvalidInputError, match=reason):
+            ms.session("s", actor=actor)
+        with pytest.raises(InvalidInputError, match=reason):
+            Settings.from_env({}, actor=actor) if actor else check_actor(actor)
+    assert await ms.log.stream_last_seq() == before
