@@ -38,6 +38,7 @@ BENCHMARKS = (
     "context",
     "agent_loop",
     "many_sessions",
+    "disk",
 )
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 

@@ -29,12 +29,7 @@ MESSAGE: dict[str, Any] = {
 SESSION = {"session_id": STRING}
 
 FIELDS: dict[str, dict[str, dict[str, Any]]] = {
-    "session.message_appended": {
-        **SESSION,
-        "message_id": STRING,
-        "parent_id": NULLABLE_STRING,
-        "message": MESSAGE,
-    },
+    "session.message_appended": {**SESSION, "parent_id": NULLABLE_STRING, "message": MESSAGE},
     "session.messages_appended": {
         **SESSION,
         "messages": {
@@ -43,16 +38,12 @@ FIELDS: dict[str, dict[str, dict[str, Any]]] = {
             "items": {
                 "type": "object",
                 "additionalProperties": False,
-                "required": ["message_id", "parent_id", "message"],
-                "properties": {
-                    "message_id": STRING,
-                    "parent_id": NULLABLE_STRING,
-                    "message": MESSAGE,
-                },
+                "required": ["parent_id", "message"],
+                "properties": {"parent_id": NULLABLE_STRING, "message": MESSAGE},
             },
         },
     },
-    "session.message_updated": {**SESSION, "message_id": STRING, "message": MESSAGE},
+    "session.message_updated": {**SESSION, "message": MESSAGE},
     "session.messages_deleted": {
         **SESSION,
         "message_ids": {"type": "array", "items": STRING},

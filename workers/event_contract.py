@@ -4,8 +4,8 @@ A consumer written with nats-py and ``json`` reads it without memstream (``docs/
 the catalogue). The payload of every event is one JSON object::
 
     {"type": "session.message_appended", "id": "<aggregate uuid>", "version": 3,
-     "time": "2026-12-01T22:00:00.123456+00:00", "session_id": "chat-1", "message_id": "m3",
-     "parent_id": "m2", "message": {"id": "m3", "role": "user", "parts": [...]}}
+     "time": "2026-12-01T22:00:00.123456+00:00", "session_id": "chat-1", "parent_id": "m2",
+     "message": {"id": "m3", "role": "user", "parts": [...]}}
 
 ``type`` is a stable dotted name, ``id`` and ``version`` the aggregate's id and the version
 this event gives it, ``time`` ISO 8601 in UTC; the other fields are the event's own, a message
@@ -80,8 +80,11 @@ def encode_payload(event: Any) -> bytes:
         event.timestamp.isoformat(),
         '"',
     ]
-    for key, value in vars(event).items():
-        if key in _BASE:
+    state = vars(event)
+    # A message carries its own id: the event's message_id is left out where it has one.
+    nested = "message_json" in state
+    for key, value in state.items():
+        if key in _BASE or (nested and key == "message_id" and _carries_id(value, state)):
             continue
         if key == "message_json":
             parts += [',"message":', _raw(value)]
@@ -89,9 +92,7 @@ def encode_payload(event: Any) -> bytes:
             parts.append(',"messages":[')
             parts.append(
                 ",".join(
-                    '{"message_id":'
-                    + json.dumps(entry["message_id"], ensure_ascii=False)
-                    + ',"parent_id":'
+                    '{"parent_id":'
                     + json.dumps(entry["parent_id"], ensure_ascii=False)
                     + ',"message":'
                     + _raw(entry["message_json"])
@@ -104,6 +105,15 @@ def encode_payload(event: Any) -> bytes:
             parts += [",", json.dumps(key), ":", json.dumps(value, ensure_ascii=False)]
     parts.append("}")
     return "".join(parts).encode("utf-8")
+
+
+def _carries_id(message_id: object, state: dict[str, Any]) -> bool:
+    """Whether the event's message has ``message_id`` as its own id (always, from the
+    domain): then the payload leaves the event's copy out."""
+    message_json = state.get("message_json")
+    return isinstance(message_json, str) and message_json.startswith(
+        '{"id":' + json.dumps(message_id, ensure_ascii=False) + ","
+    )
 
 
 def _raw(message_json: object) -> str:
@@ -155,14 +165,19 @@ def _state(data: dict[str, Any]) -> dict[str, Any]:
     }
     del data["type"]
     if "message" in data:
+        message = data.pop("message")
+        session_id = data.pop("session_id")
+        # The event's own order: session_id, message_id (from the message), parent_id, ...
+        state["session_id"] = session_id
+        state["message_id"] = data.pop("message_id", None) or message["id"]
         state.update(data)
-        state["message_json"] = _text(state.pop("message"))
+        state["message_json"] = _text(message)
     elif "messages" in data:
         messages = data.pop("messages")
         state.update(data)
         state["entries"] = [
             {
-                "message_id": entry["message_id"],
+                "message_id": entry.get("message_id") or entry["message"]["id"],
                 "parent_id": entry["parent_id"],
                 "message_json": _text(entry["message"]),
             }

@@ -96,7 +96,7 @@ def test_append_history_search_export_rebuild_verify_status(
         assert event["subject"] == "ms.default.session.trip"
         assert event["type"] == "session.message_appended"  # the public contract's name
         assert event["headers"]["schema"] == "1"
-    assert [e["payload"]["message_id"] for e in events] == ["m1", "m2", "m3"]
+    assert [e["payload"]["message"]["id"] for e in events] == ["m1", "m2", "m3"]
     # The message is a nested object in the payload (event contract v1)
     assert events[0]["payload"]["message"]["id"] == "m1"
     assert events[2]["payload"]["parent_id"] == "m1"
@@ -258,7 +258,9 @@ def test_tail_follow_prints_new_events_until_sigterm(
         code = stop(tail)
     # And SIGTERM ends the tail cleanly
     assert code == 0, err.read_text()
-    assert [json.loads(line)["payload"]["message_id"] for line in out.read_text().splitlines()] == [
+    assert [
+        json.loads(line)["payload"]["message"]["id"] for line in out.read_text().splitlines()
+    ] == [
         "a",
         "b",
     ]

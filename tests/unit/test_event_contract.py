@@ -57,9 +57,8 @@ def test_a_payload_is_plain_json_with_the_message_nested() -> None:
         "version",
         "time",
         "session_id",
-        "message_id",
         "parent_id",
-        "message",
+        "message",  # the message's id is its own: no message_id beside it
     ]
     assert data["type"] == "session.message_appended"
     assert data["id"] == str(event.originator_id)
