@@ -93,6 +93,16 @@ def _aggregate_id(kind: str, namespace: str, key: str) -> uuid.UUID:
     return uuid.uuid5(_NAMESPACE, f"{namespace}\x00{kind}\x00{key}")
 
 
+def block_aggregate_id(namespace: str, identity: str) -> uuid.UUID:
+    """The deterministic aggregate id of a built-in block (``identity``: :func:`document_id`)."""
+    return _aggregate_id("block", namespace, identity)
+
+
+def search_aggregate_id(namespace: str, key: str) -> uuid.UUID:
+    """The deterministic aggregate id of a search block."""
+    return _aggregate_id("search", namespace, key)
+
+
 class ContextDocument(Aggregate):
     """The content of one built-in writable block: ``label`` of session ``session_id``."""
 
@@ -118,7 +128,7 @@ class ContextDocument(Aggregate):
         """A document with no events yet (content ``None``); ``identity`` from
         :func:`document_id`."""
         label, _, session_id = identity.partition("\x00")
-        document = empty_aggregate(cls, _aggregate_id("block", namespace, identity))
+        document = empty_aggregate(cls, block_aggregate_id(namespace, identity))
         document.label = label
         document.session_id = session_id or None
         document.content = None
@@ -185,7 +195,7 @@ class SearchIndex(Aggregate):
 
     @classmethod
     def empty(cls, namespace: str, key: str) -> SearchIndex:
-        index = empty_aggregate(cls, _aggregate_id("search", namespace, key))
+        index = empty_aggregate(cls, search_aggregate_id(namespace, key))
         index.key = key
         index.digests = EntryDigests()
         return index
@@ -268,6 +278,7 @@ __all__ = [
     "EntryDigests",
     "SearchIndex",
     "StoredEntries",
+    "block_aggregate_id",
     "check_content",
     "check_key",
     "check_label",
@@ -275,5 +286,6 @@ __all__ = [
     "document_id",
     "joined_content",
     "prompt_store_key",
+    "search_aggregate_id",
     "storage_key",
 ]

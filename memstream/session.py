@@ -250,7 +250,7 @@ class Session:
         async for entry in self._ms.log.follow(
             self._ms.session_subject(self._session_id), after_seq
         ):
-            yield decode_event(entry.payload, entry.headers)
+            yield decode_event(entry.payload, entry.headers, entry.subject)
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -72,7 +72,6 @@ FIELDS: dict[str, dict[str, dict[str, Any]]] = {
 def schema(name: str) -> dict[str, Any]:
     properties: dict[str, Any] = {
         "type": {"const": name},
-        "id": {"type": "string", "format": "uuid"},
         "version": {"type": "integer", "minimum": 1},
         "time": {"type": "string", "format": "date-time"},
         **FIELDS[name],

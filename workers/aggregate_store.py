@@ -307,7 +307,7 @@ class AggregateStore(Generic[A]):
         decision."""
         async for entry in self.log.read_subject(subject, cached.seq):
             try:
-                event = decode_event(entry.payload, entry.headers)
+                event = decode_event(entry.payload, entry.headers, entry.subject)
             except Exception:
                 # Not an event of ours (the projector dead-letters it too): pass over it.
                 logger.exception("skipping undecodable message %d on %s", entry.seq, subject)

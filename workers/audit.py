@@ -7,6 +7,7 @@ is bounded by the stream's last sequence at its start unless it follows the log.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ from eventsourcing.utils import get_topic
 from nats.aio.msg import Msg
 from nats.js import api
 
-from memstream.domain.errors import InvalidInputError, UnavailableError
+from memstream.domain.errors import InvalidInputError, MemstreamError, UnavailableError
 from memstream.workers.codec import (
     H_ACTOR,
     H_CAUSATION_ID,
@@ -35,9 +36,10 @@ from memstream.workers.codec import (
     command_id,
     event_type,
 )
-from memstream.workers.event_contract import EVENT_TYPES
+from memstream.workers.event_contract import EVENT_TYPES, aggregate_id
 from memstream.workers.event_log import EventLog
 from memstream.workers.pull import Puller
+from memstream.workers.subjects import parse_subject
 
 logger = logging.getLogger(__name__)
 
@@ -131,9 +133,9 @@ def type_aliases(wanted: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def _audit_headers(headers: dict[str, str], payload: Any) -> dict[str, str]:
+def _audit_headers(headers: dict[str, str], payload: Any, subject: str) -> dict[str, str]:
     """The audit fields of an event: from its headers, and for a contract event the derived
-    ones and the aggregate's id, version and time from its payload."""
+    ones, and the aggregate's id (from its subject and payload), version and time."""
     if H_SCHEMA not in headers:
         return {key: headers[h] for key, h in AUDIT_HEADERS.items() if h in headers}
     command = command_id(headers)
@@ -146,11 +148,10 @@ def _audit_headers(headers: dict[str, str], payload: Any) -> dict[str, str]:
         "schema": headers[H_SCHEMA],
     }
     if isinstance(payload, dict):
-        for key, field in (
-            ("originator_id", "id"),
-            ("originator_version", "version"),
-            ("timestamp", "time"),
-        ):
+        with contextlib.suppress(MemstreamError, KeyError, TypeError, ValueError):
+            namespace = parse_subject(subject).namespace
+            fields["originator_id"] = str(aggregate_id(str(payload["type"]), payload, namespace))
+        for key, field in (("originator_version", "version"), ("timestamp", "time")):
             if field in payload:
                 fields[key] = str(payload[field])
     return fields
@@ -169,7 +170,7 @@ def audit_event(msg: Msg) -> AuditEvent:
         subject=msg.subject,
         time=metadata.timestamp,
         type=event_type(msg.data, headers),
-        headers=_audit_headers(headers, payload),
+        headers=_audit_headers(headers, payload, msg.subject),
         payload=payload,
     )
 

@@ -41,6 +41,7 @@ from eventsourcing.persistence import (
     UUIDAsHex,
 )
 
+from memstream.domain.errors import MemstreamError
 from memstream.workers.event_contract import (
     SCHEMA,
     EventContractError,
@@ -48,6 +49,7 @@ from memstream.workers.event_contract import (
     encode_payload,
     type_name,
 )
+from memstream.workers.subjects import parse_subject
 
 H_TOPIC = "Ms-Topic"
 H_CLASS_VERSION = "Ms-Class-Version"
@@ -199,9 +201,11 @@ def to_stored_event(payload: bytes, headers: dict[str, str]) -> StoredEvent:
     )
 
 
-def decode_event(payload: bytes, headers: Mapping[str, str]) -> CanMutateAggregate[Any]:
-    """Rebuild the domain event of a NATS message (upcasting older contract or class
-    versions).
+def decode_event(
+    payload: bytes, headers: Mapping[str, str], subject: str
+) -> CanMutateAggregate[Any]:
+    """Rebuild the domain event of a NATS message on ``subject`` (upcasting older contract or
+    class versions).
 
     Raises:
         EventContractError: a contract payload that is not a known event.
@@ -213,7 +217,11 @@ def decode_event(payload: bytes, headers: Mapping[str, str]) -> CanMutateAggrega
             version = int(schema)
         except ValueError:
             raise EventContractError(f"Ms-Schema is {schema!r}, not a version") from None
-        event: Any = decode_payload(payload, version)
+        try:
+            namespace = parse_subject(subject).namespace
+        except (MemstreamError, ValueError) as error:
+            raise EventContractError(f"{subject!r} is not a subject of an aggregate") from error
+        event: Any = decode_payload(payload, version, namespace)
     else:
         event = mapper().to_domain_event(to_stored_event(payload, dict(headers)))
     return cast("CanMutateAggregate[Any]", event)

@@ -3,12 +3,13 @@
 A consumer written with nats-py and ``json`` reads it without memstream (``docs/events.md`` is
 the catalogue). The payload of every event is one JSON object::
 
-    {"type": "session.message_appended", "id": "<aggregate uuid>", "version": 3,
+    {"type": "session.message_appended", "version": 3,
      "time": "2026-12-01T22:00:00.123456+00:00", "session_id": "chat-1", "parent_id": "m2",
      "message": {"id": "m3", "role": "user", "parts": [...]}}
 
-``type`` is a stable dotted name, ``id`` and ``version`` the aggregate's id and the version
-this event gives it, ``time`` ISO 8601 in UTC; the other fields are the event's own, a message
+``type`` is a stable dotted name, ``version`` the version this event gives its aggregate
+(the aggregate is the subject: its id is derived from the namespace and the payload, as the
+domain derives it), ``time`` ISO 8601 in UTC; the other fields are the event's own, a message
 as a nested object. Headers carry the contract version (``Ms-Schema``) and the audit fields
 (see :mod:`~memstream.workers.codec`).
 
@@ -28,8 +29,14 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
-from memstream.domain.context import ContextDocument, SearchIndex
-from memstream.domain.session import Session
+from memstream.domain.context import (
+    ContextDocument,
+    SearchIndex,
+    block_aggregate_id,
+    document_id,
+    search_aggregate_id,
+)
+from memstream.domain.session import Session, session_aggregate_id
 
 SCHEMA: Final = 1
 
@@ -72,8 +79,6 @@ def encode_payload(event: Any) -> bytes:
     parts = [
         '{"type":"',
         name,
-        '","id":"',
-        str(event.originator_id),
         '","version":',
         str(int(event.originator_version)),
         ',"time":"',
@@ -122,8 +127,9 @@ def _raw(message_json: object) -> str:
     return message_json if isinstance(message_json, str) else json.dumps(message_json)
 
 
-def decode_payload(payload: bytes, schema: int) -> Any:
-    """The domain event of a payload of contract version ``schema``.
+def decode_payload(payload: bytes, schema: int, namespace: str) -> Any:
+    """The domain event of a payload of contract version ``schema`` read from a subject of
+    ``namespace`` (the aggregate's id derives from it and the payload).
 
     Raises:
         EventContractError: not an event of this contract.
@@ -144,11 +150,11 @@ def decode_payload(payload: bytes, schema: int) -> Any:
         data = upcast(data)
         schema += 1
         name = data.get("type")
-    cls = EVENT_TYPES.get(name) if isinstance(name, str) else None
-    if cls is None:
+    if not isinstance(name, str) or name not in EVENT_TYPES:
         raise EventContractError(f"unknown event type {name!r}")
+    cls = EVENT_TYPES[name]
     try:
-        state = _state(data)
+        state = _state(name, data, namespace)
     except (AttributeError, KeyError, TypeError, ValueError) as error:
         raise EventContractError(f"{name}: a field is missing or malformed ({error!r})") from None
     event = object.__new__(cls)
@@ -156,10 +162,24 @@ def decode_payload(payload: bytes, schema: int) -> Any:
     return event
 
 
-def _state(data: dict[str, Any]) -> dict[str, Any]:
+def aggregate_id(name: str, data: dict[str, Any], namespace: str) -> uuid.UUID:
+    """The id of the aggregate an event of type ``name`` with payload ``data`` belongs to, in
+    ``namespace``: derived as the domain derives it (so the payload leaves it out).
+
+    Raises:
+        KeyError: the payload lacks a field the id derives from.
+    """
+    if name.startswith("session."):
+        return session_aggregate_id(namespace, data["session_id"])
+    if name == "context.block_written":
+        return block_aggregate_id(namespace, document_id(data["label"], data["session_id"]))
+    return search_aggregate_id(namespace, data["key"])
+
+
+def _state(name: str, data: dict[str, Any], namespace: str) -> dict[str, Any]:
     """The domain event's attributes (in its own order) from a current payload."""
     state: dict[str, Any] = {
-        "originator_id": uuid.UUID(data.pop("id")),
+        "originator_id": aggregate_id(name, data, namespace),
         "originator_version": int(data.pop("version")),
         "timestamp": datetime.fromisoformat(data.pop("time")),
     }
@@ -202,6 +222,7 @@ __all__ = [
     "TYPE_NAMES",
     "UPCASTERS",
     "EventContractError",
+    "aggregate_id",
     "decode_payload",
     "encode_payload",
     "type_name",

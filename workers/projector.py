@@ -252,7 +252,7 @@ def batch_steps(
                 done.skipped += 1
                 continue
             try:
-                event = decode_event(entry.payload, entry.headers)
+                event = decode_event(entry.payload, entry.headers, entry.subject)
             except Exception as error:
                 for projection in pending:
                     _dead_letter(connection, projection.name, entry, error, 1, done)

@@ -61,7 +61,7 @@ async def first(settings: Settings, session_id: str) -> dict[str, Any]:
         entries_read = ms.log.entries_read
         parents: dict[str, Any] = {}
         async for entry in ms.log.read_subject(ms.session_subject(session_id), before):
-            event: Any = decode_event(entry.payload, entry.headers)
+            event: Any = decode_event(entry.payload, entry.headers, entry.subject)
             parents[event.message_id] = event.parent_id
         return {
             "entries_read": entries_read,

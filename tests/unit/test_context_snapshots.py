@@ -126,7 +126,7 @@ class World:
         )
         for entry in self.log.entries:
             if entry.subject == subject:
-                decode_event(entry.payload, entry.headers).mutate(aggregate)
+                decode_event(entry.payload, entry.headers, entry.subject).mutate(aggregate)
         return aggregate
 
     def project(self, count: int) -> None:

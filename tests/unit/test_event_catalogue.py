@@ -15,7 +15,7 @@ from memstream.workers.codec import CommandMeta, encode_event
 from memstream.workers.event_contract import EVENT_TYPES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-COMMON = ("type", "id", "version", "time")
+COMMON = ("type", "version", "time")
 
 
 def payloads() -> dict[str, dict[str, Any]]:

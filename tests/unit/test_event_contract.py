@@ -12,6 +12,7 @@ import pytest
 from support.events import every_event
 from support.messages import msg
 
+from memstream.domain.context import ContextDocument, SearchIndex, document_id
 from memstream.domain.messages import encode_message, normalize_message
 from memstream.domain.session import Session
 from memstream.workers import event_contract
@@ -31,6 +32,18 @@ from memstream.workers.codec import (
     event_type,
 )
 from memstream.workers.event_contract import EVENT_TYPES, EventContractError
+from memstream.workers.subjects import subject_for
+
+SUBJECT = "ms.default.session.s"
+
+
+def subject_of(event: Any) -> str:
+    """The subject the event's aggregate owns (namespace "default")."""
+    if isinstance(event, ContextDocument.Event):
+        return subject_for("ms", "default", "block", document_id(event.label, event.session_id))
+    if isinstance(event, SearchIndex.Event):
+        return subject_for("ms", "default", "search", event.key)
+    return subject_for("ms", "default", "session", event.session_id)
 
 
 def test_every_event_type_has_a_stable_dotted_name_and_round_trips() -> None:
@@ -41,7 +54,7 @@ def test_every_event_type_has_a_stable_dotted_name_and_round_trips() -> None:
     meta = CommandMeta()
     for event in events:
         payload, headers = encode_event(event, meta, meta.command_id)
-        decoded = decode_event(payload, headers)
+        decoded = decode_event(payload, headers, subject_of(event))
         assert type(decoded) is type(event)
         assert vars(decoded) == vars(event)
         assert list(vars(decoded)) == list(vars(event))  # the same attribute order too
@@ -52,8 +65,7 @@ def test_a_payload_is_plain_json_with_the_message_nested() -> None:
     payload, _ = encode_event(event, CommandMeta(), "x")
     data = json.loads(payload)
     assert list(data) == [
-        "type",
-        "id",
+        "type",  # no aggregate id: the subject and the session id give it
         "version",
         "time",
         "session_id",
@@ -61,7 +73,6 @@ def test_a_payload_is_plain_json_with_the_message_nested() -> None:
         "message",  # the message's id is its own: no message_id beside it
     ]
     assert data["type"] == "session.message_appended"
-    assert data["id"] == str(event.originator_id)
     assert data["version"] == 1
     assert data["time"].endswith("+00:00")  # ISO 8601, UTC
     assert data["message"] == json.loads(event.message_json)
@@ -107,7 +118,7 @@ def test_events_written_before_the_contract_are_still_read() -> None:
     for event in every_event():
         payload, headers = _encode_stored(event, meta, meta.command_id)
         assert H_SCHEMA not in headers
-        decoded = decode_event(payload, headers)
+        decoded = decode_event(payload, headers, subject_of(event))
         assert vars(decoded) == vars(event)
         assert event_type(payload, headers) == headers[H_TOPIC]
 
@@ -121,16 +132,16 @@ def test_what_is_not_an_event_of_the_contract_is_refused() -> None:
         (b"not json", "not JSON"),
         (b"[1, 2]", "not an object"),
         (json.dumps({**data, "type": "session.nope"}).encode(), "unknown event type"),
-        (json.dumps({k: v for k, v in data.items() if k != "id"}).encode(), "missing"),
+        (json.dumps({k: v for k, v in data.items() if k != "session_id"}).encode(), "missing"),
         (json.dumps({**data, "time": "yesterday"}).encode(), "malformed"),
     ]
     for payload, reason in cases:
         with pytest.raises(EventContractError, match=reason):
-            decode_event(payload, headers)
+            decode_event(payload, headers, SUBJECT)
     with pytest.raises(EventContractError, match="not known"):
-        decode_event(good, {**headers, H_SCHEMA: "2"})
+        decode_event(good, {**headers, H_SCHEMA: "2"}, SUBJECT)
     with pytest.raises(EventContractError, match="not a version"):
-        decode_event(good, {**headers, H_SCHEMA: "one"})
+        decode_event(good, {**headers, H_SCHEMA: "one"}, SUBJECT)
 
 
 def test_a_later_contract_version_upcasts_older_payloads(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -145,11 +156,11 @@ def test_a_later_contract_version_upcasts_older_payloads(monkeypatch: pytest.Mon
     monkeypatch.setattr(event_contract, "SCHEMA", 2)
     monkeypatch.setitem(event_contract.UPCASTERS, ("session.skill_loaded", 1), rename)
     # When a version-1 payload is read, it goes through the upcaster
-    assert vars(decode_event(payload, headers)) == vars(event)
+    assert vars(decode_event(payload, headers, subject_of(event))) == vars(event)
     # And a type without an upcaster is refused, not misread
     other, _ = encode_event(
         Session.empty("default", "s").load_skill("docs", "b")[0], CommandMeta(), "y"
     )
     monkeypatch.delitem(event_contract.UPCASTERS, ("session.skill_loaded", 1))
     with pytest.raises(EventContractError, match="no upcaster"):
-        decode_event(other, headers)
+        decode_event(other, headers, SUBJECT)

@@ -136,7 +136,7 @@ class World:
         session = Session.empty(NAMESPACE, name)
         for entry in self.log.entries:
             if entry.subject == _subject(name):
-                decode_event(entry.payload, entry.headers).mutate(session)
+                decode_event(entry.payload, entry.headers, entry.subject).mutate(session)
         return session
 
     def project(self, count: int) -> None:
