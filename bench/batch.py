@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,25 +31,20 @@ PER_ROUND = 10_000
 
 
 def chain_event(session_id: str, chain: list[dict[str, Any]], version: int) -> bytes:
-    """The baseline's encoding of one chain as one event, as ``MessagesAppended`` carries it:
-    each message's JSON, its id and its parent, plus the event's identity and time."""
+    """The baseline's encoding of one chain as one event, in the event contract's shape
+    (``session.messages_appended``): each message nested with its parent, plus the event's
+    type, version and time, encoded in one ``json.dumps``."""
     parent = None
     entries = []
     for message in chain:
-        entries.append(
-            {
-                "message_id": message["id"],
-                "parent_id": parent,
-                "message_json": json.dumps(message, ensure_ascii=False, separators=(",", ":")),
-            }
-        )
+        entries.append({"parent_id": parent, "message": message})
         parent = message["id"]
     event = {
+        "type": "session.messages_appended",
+        "version": version,
+        "time": datetime.now(UTC).isoformat(),
         "session_id": session_id,
-        "entries": entries,
-        "originator_id": str(uuid.uuid4()),
-        "originator_version": version,
-        "timestamp": datetime.now(UTC).isoformat(),
+        "messages": entries,
     }
     return json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode()
 

@@ -62,13 +62,13 @@ async def raw_rebuild(client: Client, stream: str, database: Path, until: int, d
             texts: list[tuple[int, str]] = []
             for msg in msgs:
                 seq = msg.metadata.sequence.stream
-                event = json.loads(msg.data)
-                content = event["message_json"]
-                parts = json.loads(content)["parts"]
+                event = json.loads(msg.data)  # the event contract's plain JSON
+                message = event["message"]
+                # The stored content is the message's canonical JSON text, as ours stores it.
+                content = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+                parts = message["parts"]
                 text = " ".join(p["text"] for p in parts if p.get("type") == "text")
-                messages.append(
-                    (seq, msg.subject, event["message_id"], event["parent_id"], content)
-                )
+                messages.append((seq, msg.subject, message["id"], event["parent_id"], content))
                 texts.append((seq, text))
             connection.execute("BEGIN IMMEDIATE")
             connection.executemany("INSERT INTO raw_messages VALUES (?, ?, ?, ?, ?)", messages)

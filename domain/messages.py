@@ -8,7 +8,7 @@ import json
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import date, time
-from typing import Any
+from typing import Any, cast
 
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import MESSAGE_MAX_BYTES, check_message_id
@@ -67,13 +67,7 @@ def encode_message(message: Message) -> str:
             larger than 1 MiB.
     """
     try:
-        text = json.dumps(
-            message,
-            ensure_ascii=False,
-            separators=(",", ":"),
-            allow_nan=False,
-            default=_iso_date,
-        )
+        text = _CANONICAL.encode(message)
     except (TypeError, ValueError) as error:
         raise InvalidInputError(f"message {message.get('id')!r} is not JSON: {error}") from None
     except RecursionError:
@@ -101,13 +95,30 @@ def _iso_date(value: object) -> str:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+# The canonical form of a stored message, built once (json.dumps builds an encoder per call).
+_CANONICAL = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_iso_date
+)
+
+
+class MessageText(str):
+    """A message's JSON text that also holds what it parses to (``message``), set by a reader
+    that parsed it already, such as the event decoder: :func:`decode_message` then does not
+    parse it again. It is the text in every other respect."""
+
+    message: object = None
+
+
 def decode_message(text: str) -> Message | None:
     """Parse stored JSON; ``None`` unless it is a dict with string id and role and a parts list."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if _is_message(value) else None
+    if isinstance(text, MessageText) and text.message is not None:
+        value: object = text.message
+    else:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return None
+    return cast(Message, value) if _is_message(value) else None
 
 
 # Decoding this many messages at once pauses the cyclic garbage collector (see below).

@@ -36,6 +36,7 @@ from memstream.domain.context import (
     document_id,
     search_aggregate_id,
 )
+from memstream.domain.messages import MessageText
 from memstream.domain.session import Session, session_aggregate_id
 
 SCHEMA: Final = 1
@@ -60,7 +61,12 @@ TYPE_NAMES: Final[dict[type[Any], str]] = {cls: name for name, cls in EVENT_TYPE
 UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 _BASE = ("originator_id", "originator_version", "timestamp")
-_MESSAGE_SEPARATORS = (",", ":")
+# json's own C encoder of a string (what json.dumps(ensure_ascii=False) calls for one).
+_encode_string: Callable[[str], str] = json.encoder.encode_basestring
+# The domain's canonical message text (domain.messages.encode_message), built once.
+_CANONICAL: Callable[[object], str] = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False
+).encode
 
 
 class EventContractError(ValueError):
@@ -98,7 +104,7 @@ def encode_payload(event: Any) -> bytes:
             parts.append(
                 ",".join(
                     '{"parent_id":'
-                    + json.dumps(entry["parent_id"], ensure_ascii=False)
+                    + _string(entry["parent_id"])
                     + ',"message":'
                     + _raw(entry["message_json"])
                     + "}"
@@ -117,8 +123,18 @@ def _carries_id(message_id: object, state: dict[str, Any]) -> bool:
     domain): then the payload leaves the event's copy out."""
     message_json = state.get("message_json")
     return isinstance(message_json, str) and message_json.startswith(
-        '{"id":' + json.dumps(message_id, ensure_ascii=False) + ","
+        '{"id":' + _string(message_id) + ","
     )
+
+
+def _string(value: object) -> str:
+    """A string or null as JSON, without ``json.dumps``'s per-call cost (a chain of 500 messages
+    encodes 500 parent ids)."""
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return _encode_string(value)
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _raw(message_json: object) -> str:
@@ -135,8 +151,9 @@ def decode_payload(payload: bytes, schema: int, namespace: str) -> Any:
         EventContractError: not an event of this contract.
     """
     try:
-        data = json.loads(payload)
-    except ValueError as error:
+        text = payload.decode("utf-8")
+        data = (_as_written(text) if schema == SCHEMA else None) or json.loads(text)
+    except ValueError as error:  # UnicodeDecodeError and JSONDecodeError included
         raise EventContractError(f"payload is not JSON: {error}") from None
     if not isinstance(data, dict):
         raise EventContractError(f"payload is a JSON {type(data).__name__}, not an object")
@@ -162,6 +179,99 @@ def decode_payload(payload: bytes, schema: int, namespace: str) -> Any:
     return event
 
 
+class _Raw:
+    """A message as its JSON text in the payload, with its id: what reading an event needs of
+    it, without building the object and encoding it again."""
+
+    __slots__ = ("id", "text")
+
+    def __init__(self, text: str, message: dict[str, Any]) -> None:
+        self.text = MessageText(text)
+        self.text.message = message  # parsed once here: the projector reads it from the text
+        self.id = message.get("id")
+
+
+_DECODER = json.JSONDecoder()
+# Aggregate ids are uuid5 hashes: each subject's is computed once (bounded: a few hundred KiB).
+_ID_OF: dict[str, Callable[[str, str], uuid.UUID]] = {
+    "session": session_aggregate_id,
+    "block": block_aggregate_id,
+    "search": search_aggregate_id,
+}
+_AGGREGATE_IDS: dict[tuple[str, str, str], uuid.UUID] = {}
+_SINGLE_KEYS = (
+    ["type", "version", "time", "session_id", "parent_id", "message"],
+    ["type", "version", "time", "session_id", "message"],
+)
+_MESSAGES = ',"messages":['
+_CHAIN_START = '{"type":"session.messages_appended",'
+_SINGLE_STARTS = ('{"type":"session.message_appended",', '{"type":"session.message_updated",')
+_ENTRY = '{"parent_id":'
+_MESSAGE = ',"message":'
+
+
+def _as_written(text: str) -> dict[str, Any] | None:
+    """The payload of a message event laid out exactly as :func:`encode_payload` writes it,
+    with each message as its text in the payload (:class:`_Raw`); ``None`` for any other
+    payload or layout, which is then read the general way. A message's text is the slice
+    between its key and the end of its value: before it come only strings, numbers and null,
+    whose quotes are escaped, so the first ``,"message":`` (``,"messages":[``) is the key's."""
+    try:
+        if text.startswith(_CHAIN_START):
+            return _chain_as_written(text)
+        if text.startswith(_SINGLE_STARTS):
+            return _single_as_written(text)
+    except ValueError:  # not laid out as written here after all
+        return None
+    return None
+
+
+def _single_as_written(text: str) -> dict[str, Any] | None:
+    start = text.find(_MESSAGE)
+    if start < 0 or not text.endswith("}"):
+        return None
+    data = json.loads(text)
+    if not isinstance(data, dict) or list(data) not in _SINGLE_KEYS:
+        return None
+    message = data["message"]
+    raw = text[start + len(_MESSAGE) : -1]
+    if not isinstance(message, dict) or not raw.startswith("{"):
+        return None
+    data["message"] = _Raw(raw, message)
+    return data
+
+
+def _chain_as_written(text: str) -> dict[str, Any] | None:
+    """:func:`_as_written` for ``session.messages_appended``: each message parsed once, for its
+    id and the end of its text."""
+    start = text.find(_MESSAGES)
+    if start < 0:
+        return None
+    data = json.loads(text[:start] + "}")
+    if not isinstance(data, dict) or list(data) != ["type", "version", "time", "session_id"]:
+        return None
+    entries = []
+    position = start + len(_MESSAGES)
+    while text.startswith(_ENTRY, position):
+        parent, position = _DECODER.raw_decode(text, position + len(_ENTRY))
+        if not text.startswith(_MESSAGE, position):
+            return None
+        begin = position + len(_MESSAGE)
+        message, position = _DECODER.raw_decode(text, begin)
+        if not isinstance(message, dict) or text[position : position + 1] != "}":
+            return None
+        entries.append({"parent_id": parent, "message": _Raw(text[begin:position], message)})
+        position += 1
+        if text.startswith(",", position):
+            position += 1
+            continue
+        break
+    if text[position:] != "]}" or not entries:
+        return None
+    data["messages"] = entries
+    return data
+
+
 def aggregate_id(name: str, data: dict[str, Any], namespace: str) -> uuid.UUID:
     """The id of the aggregate an event of type ``name`` with payload ``data`` belongs to, in
     ``namespace``: derived as the domain derives it (so the payload leaves it out).
@@ -170,10 +280,17 @@ def aggregate_id(name: str, data: dict[str, Any], namespace: str) -> uuid.UUID:
         KeyError: the payload lacks a field the id derives from.
     """
     if name.startswith("session."):
-        return session_aggregate_id(namespace, data["session_id"])
-    if name == "context.block_written":
-        return block_aggregate_id(namespace, document_id(data["label"], data["session_id"]))
-    return search_aggregate_id(namespace, data["key"])
+        key = ("session", namespace, data["session_id"])
+    elif name == "context.block_written":
+        key = ("block", namespace, document_id(data["label"], data["session_id"]))
+    else:
+        key = ("search", namespace, data["key"])
+    known = _AGGREGATE_IDS.get(key)
+    if known is None:
+        if len(_AGGREGATE_IDS) >= 4096:
+            _AGGREGATE_IDS.clear()
+        known = _AGGREGATE_IDS[key] = _ID_OF[key[0]](key[1], key[2])
+    return known
 
 
 def _state(name: str, data: dict[str, Any], namespace: str) -> dict[str, Any]:
@@ -189,7 +306,7 @@ def _state(name: str, data: dict[str, Any], namespace: str) -> dict[str, Any]:
         session_id = data.pop("session_id")
         # The event's own order: session_id, message_id (from the message), parent_id, ...
         state["session_id"] = session_id
-        state["message_id"] = data.pop("message_id", None) or message["id"]
+        state["message_id"] = data.pop("message_id", None) or _id(message)
         state.update(data)
         state["message_json"] = _text(message)
     elif "messages" in data:
@@ -197,7 +314,7 @@ def _state(name: str, data: dict[str, Any], namespace: str) -> dict[str, Any]:
         state.update(data)
         state["entries"] = [
             {
-                "message_id": entry.get("message_id") or entry["message"]["id"],
+                "message_id": entry.get("message_id") or _id(entry["message"]),
                 "parent_id": entry["parent_id"],
                 "message_json": _text(entry["message"]),
             }
@@ -208,12 +325,21 @@ def _state(name: str, data: dict[str, Any], namespace: str) -> dict[str, Any]:
     return state
 
 
+def _id(message: Any) -> Any:
+    return message.id if isinstance(message, _Raw) else message["id"]
+
+
 def _text(message: object) -> object:
-    """The canonical JSON text of a message object (the domain's own encoding); a value that is
+    """The JSON text of a message: as written in the payload, or (for a payload laid out
+    otherwise) the canonical text of the object (the domain's own encoding); a value that is
     not an object is passed on as it is, to fail where it is applied."""
+    if isinstance(message, _Raw):
+        return message.text
     if not isinstance(message, dict):
         return message
-    return json.dumps(message, ensure_ascii=False, separators=_MESSAGE_SEPARATORS)
+    text = MessageText(_CANONICAL(message))
+    text.message = message
+    return text
 
 
 __all__ = [

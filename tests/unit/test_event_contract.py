@@ -164,3 +164,29 @@ def test_a_later_contract_version_upcasts_older_payloads(monkeypatch: pytest.Mon
     monkeypatch.delitem(event_contract.UPCASTERS, ("session.skill_loaded", 1))
     with pytest.raises(EventContractError, match="no upcaster"):
         decode_event(other, headers, SUBJECT)
+
+
+def test_a_payload_laid_out_otherwise_reads_the_same() -> None:
+    # Messages whose own keys look like the event's, in a chain and alone
+    tricky = [
+        {
+            "id": f"t{n}",
+            "role": "user",
+            "parts": [{"type": "text", "text": ',"message":{"messages":[ "}'}],
+            "meta": {"message": {"id": "x"}, "messages": [{"parent_id": None}]},
+        }
+        for n in range(3)
+    ]
+    session = Session.empty("default", "s")
+    single = session.append_message(tricky[0])[0]
+    single.mutate(session)
+    chain = session.append_messages(tricky[1:])[0]
+    for event in (single, chain):
+        payload, headers = encode_event(event, CommandMeta(), "x")
+        subject = subject_of(event)
+        assert vars(decode_event(payload, headers, subject)) == vars(event)
+        # The same event as another producer may write it: keys reordered, spaces added
+        data = json.loads(payload)
+        reordered = json.dumps(dict(reversed(list(data.items()))), indent=1).encode()
+        decoded = decode_event(reordered, headers, subject)
+        assert vars(decoded) == vars(event)  # the message text comes out canonical
