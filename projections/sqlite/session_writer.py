@@ -48,6 +48,9 @@ class _Stored:
 
 # Entries SessionRows keeps of each kind before it starts again (a few MiB at most).
 ROWS_KEPT = 4096
+# A chain of at least this many new messages (an append_messages) is inserted in one
+# executemany, its row ids and path aggregates worked out here (see _insert_chain).
+CHAIN_ROWS = 8
 
 
 class SessionRows:
@@ -155,7 +158,19 @@ def _apply_session_writes(
     connection: sqlite3.Connection, writes: Iterable[SessionWrite], rows: SessionRows
 ) -> None:
     counts = rows.counts
-    for write in writes:
+    pending = list(writes)
+    index = -1
+    row_by_row = 0  # inserts up to this index take the row-by-row path (their chain could not)
+    while index + 1 < len(pending):
+        index += 1
+        write = pending[index]
+        if isinstance(write, InsertMessage) and index >= row_by_row:
+            run = _chain_from(pending, index)
+            if len(run) >= CHAIN_ROWS:
+                if _insert_chain(connection, run, rows):
+                    index += len(run) - 1
+                    continue
+                row_by_row = index + len(run)
         if isinstance(write, RecordPosition):
             rows.positions[(write.namespace, write.session_id)] = (write.seq, write.version)
             continue
@@ -247,19 +262,8 @@ def _insert(
     never appends an existing id: keep the first content if it did). Its parent's children
     count is owed (added to ``parents``)."""
     # The row takes its path aggregates from its parent's row (a root: depth 0, its own bytes).
-    # In a chain the parent is the row inserted just before: no lookup.
-    parent: tuple[int | None, int, int] = (None, -1, 0)
-    if write.parent_id is not None:
-        if last is not None and last.sid == sid and last.id == write.parent_id:
-            parent = (last.mid, last.depth, last.path_bytes)
-        else:
-            row = connection.execute(
-                "SELECT mid, depth, path_bytes FROM messages WHERE sid = ? AND id = ?",
-                (sid, write.parent_id),
-            ).fetchone()
-            if row is not None:
-                parent = (row[0], row[1], row[2])
-    parent_mid, depth, path_bytes = parent[0], parent[1] + 1, parent[2]
+    parent_mid, depth, path_bytes = _parent_of(connection, sid, write.parent_id, last)
+    depth += 1
     size = len(write.content.encode("utf-8", "surrogatepass"))
     path_bytes += size
     # A message re-appended after a delete counts the orphans that point at it.
@@ -308,6 +312,103 @@ def _insert(
             path_bytes + orphan_bytes - orphan_path_bytes,
         )
     return _Stored(sid, write.message_id, mid, depth, path_bytes)
+
+
+def _chain_from(writes: list[SessionWrite], start: int) -> list[InsertMessage]:
+    """The inserts from ``start`` on that form one chain: same session, each message the
+    child of the one before."""
+    first = writes[start]
+    assert isinstance(first, InsertMessage)
+    run = [first]
+    for write in writes[start + 1 :]:
+        previous = run[-1]
+        if (
+            not isinstance(write, InsertMessage)
+            or write.session_id != previous.session_id
+            or write.namespace != previous.namespace
+            or write.parent_id != previous.message_id
+        ):
+            break
+        run.append(write)
+    return run
+
+
+def _insert_chain(
+    connection: sqlite3.Connection, run: list[InsertMessage], rows: SessionRows
+) -> bool:
+    """Insert a chain of new messages in one ``executemany``: what :func:`_insert` does row by
+    row (a lookup, an insert, a children count and an orphan check each), worked out here for
+    the whole chain. ``False`` (nothing written) when a message id is stored already or stored
+    rows point at one (orphans of a delete): those take the row-by-row path."""
+    first = run[0]
+    sid = rows.sid(connection, first.namespace, first.session_id)
+    ids = [write.message_id for write in run]
+    if len(set(ids)) != len(ids):
+        return False
+    marks = ",".join("?" * len(ids))
+    clash = connection.execute(
+        f"SELECT 1 FROM messages WHERE sid = ? AND (id IN ({marks}) OR parent_id IN ({marks})) "
+        "LIMIT 1",
+        (sid, *ids, *ids),
+    ).fetchone()
+    if clash is not None:
+        return False
+    parent_mid, depth, path_bytes = _parent_of(connection, sid, first.parent_id, rows.tips.get(sid))
+    (mid,) = connection.execute("SELECT coalesce(max(mid), 0) FROM messages").fetchone()
+    if parent_mid is not None:
+        rows.children.append((parent_mid,))
+    values = []
+    last = len(run) - 1
+    for index, write in enumerate(run):
+        mid += 1
+        depth += 1
+        size = len(write.content.encode("utf-8", "surrogatepass"))
+        path_bytes += size
+        values.append(
+            (
+                mid,
+                sid,
+                write.message_id,
+                write.parent_id,
+                parent_mid,
+                write.role,
+                write.content,
+                size,
+                write.position,
+                write.created_at,
+                0 if index == last else 1,  # the next message of the chain is its child
+                depth,
+                path_bytes,
+            )
+        )
+        if write.text:
+            rows.texts.append((mid, write.text, sid))
+        parent_mid = mid
+    connection.executemany(
+        "INSERT INTO messages (mid, sid, id, parent_id, parent_mid, role, content, bytes, "
+        "position, created_at, child_count, depth, path_bytes) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        values,
+    )
+    rows.stored(_Stored(sid, run[-1].message_id, mid, depth, path_bytes))
+    rows.counts[sid] = rows.counts.get(sid, 0) + len(run)
+    return True
+
+
+def _parent_of(
+    connection: sqlite3.Connection, sid: int, parent_id: str | None, last: _Stored | None
+) -> tuple[int | None, int, int]:
+    """The row id and path aggregates (depth, path bytes) of a new message's parent row: depth
+    -1 and no bytes for a root or a parent that is not stored. In a chain the parent is the row
+    inserted just before: no lookup."""
+    if parent_id is None:
+        return None, -1, 0
+    if last is not None and last.sid == sid and last.id == parent_id:
+        return last.mid, last.depth, last.path_bytes
+    row = connection.execute(
+        "SELECT mid, depth, path_bytes FROM messages WHERE sid = ? AND id = ?", (sid, parent_id)
+    ).fetchone()
+    return (None, -1, 0) if row is None else (row[0], row[1], row[2])
 
 
 def _update(connection: sqlite3.Connection, sid: int, write: UpdateMessage) -> None:
