@@ -6,6 +6,7 @@ import json
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from memstream.projections.session_writes import (
     ClearSession,
@@ -272,19 +273,7 @@ def _insert(
         "created_at, child_count, depth, path_bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
         "(SELECT count(*) FROM messages WHERE sid = ?1 AND parent_id = ?2), ?10, ?11) "
         "ON CONFLICT (sid, id) DO NOTHING RETURNING mid, child_count",
-        (
-            sid,
-            write.message_id,
-            write.parent_id,
-            parent_mid,
-            write.role,
-            write.content,
-            size,
-            write.position,
-            write.created_at,
-            depth,
-            path_bytes,
-        ),
+        (*_row(sid, write, parent_mid, size), depth, path_bytes),
     ).fetchall()
     if not inserted:
         return None
@@ -312,6 +301,21 @@ def _insert(
             path_bytes + orphan_bytes - orphan_path_bytes,
         )
     return _Stored(sid, write.message_id, mid, depth, path_bytes)
+
+
+def _row(sid: int, write: InsertMessage, parent_mid: int | None, size: int) -> tuple[Any, ...]:
+    """The columns sid .. created_at of a message row."""
+    return (
+        sid,
+        write.message_id,
+        write.parent_id,
+        parent_mid,
+        write.role,
+        write.content,
+        size,
+        write.position,
+        write.created_at,
+    )
 
 
 def _chain_from(writes: list[SessionWrite], start: int) -> list[InsertMessage]:
@@ -367,15 +371,7 @@ def _insert_chain(
         values.append(
             (
                 mid,
-                sid,
-                write.message_id,
-                write.parent_id,
-                parent_mid,
-                write.role,
-                write.content,
-                size,
-                write.position,
-                write.created_at,
+                *_row(sid, write, parent_mid, size),
                 0 if index == last else 1,  # the next message of the chain is its child
                 depth,
                 path_bytes,
