@@ -30,9 +30,17 @@ class StoredMessages(Protocol):
         """``(parent id, position)`` of a stored message (``None`` if it is not stored), and how
         many stored messages have ``message_id`` as parent (stored itself or not)."""
 
+    def probe_many(
+        self, message_ids: Sequence[str]
+    ) -> dict[str, tuple[tuple[str | None, int] | None, int]]:
+        """:meth:`probe` of each id, in one lookup (a chain of hundreds of new messages)."""
+
     def leaves(self, below: int | None, limit: int) -> Sequence[tuple[str, int]]:
         """Up to ``limit`` childless stored messages with a position below ``below`` (``None``:
         any), newest first, as ``(id, position)``."""
+
+
+Probe = tuple[tuple[str | None, int] | None, int]
 
 
 class NoMessages:
@@ -40,6 +48,9 @@ class NoMessages:
 
     def probe(self, message_id: str) -> tuple[tuple[str | None, int] | None, int]:
         return None, 0
+
+    def probe_many(self, message_ids: Sequence[str]) -> dict[str, Probe]:
+        return dict.fromkeys(message_ids, (None, 0))
 
     def leaves(self, below: int | None, limit: int) -> Sequence[tuple[str, int]]:
         return ()
@@ -145,6 +156,19 @@ class MessageIndex:
             return None
         stored = self._probe(message_id)[0]
         return None if stored is None else (stored[0],)
+
+    def prefetch(self, message_ids: Sequence[str]) -> None:
+        """Look the base's answers for ``message_ids`` up at once, before deciding on them one
+        by one (what the overlay knows, or the base already answered, is not asked again)."""
+        if self._cleared:
+            return
+        wanted = [
+            m
+            for m in dict.fromkeys(message_ids)
+            if m not in self._parents and m not in self._stored
+        ]
+        if len(wanted) > 1:
+            self._stored.update(self._base.probe_many(wanted))
 
     def _probe(self, message_id: str) -> tuple[tuple[str | None, int] | None, int]:
         try:

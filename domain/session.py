@@ -219,15 +219,18 @@ class Session(Aggregate):
                 f"messages has {len(messages)} items; the limit is {BATCH_MAX_MESSAGES}"
             )
         parent = self._resolve_parent(parent_id)
-        pending: dict[str, str | None] = {}  # this batch's parents, for the cycle check
-        entries: list[dict[str, Any]] = []
+        encoded: list[tuple[str, str]] = []
         for index, message in enumerate(messages):
             try:
                 stored = normalize_message(message)
-                message_json = encode_message(stored)
+                encoded.append((stored["id"], encode_message(stored)))
             except InvalidInputError as error:
                 raise InvalidInputError(f"messages[{index}] of {len(messages)}: {error}") from None
-            message_id: str = stored["id"]
+        # One lookup for the whole chain instead of one per message (hundreds of new ids).
+        self.messages.prefetch([message_id for message_id, _ in encoded])
+        pending: dict[str, str | None] = {}  # this batch's parents, for the cycle check
+        entries: list[dict[str, Any]] = []
+        for message_id, message_json in encoded:
             if message_id in pending or self.messages.exists(message_id):
                 parent = message_id
                 continue

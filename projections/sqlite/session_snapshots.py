@@ -18,7 +18,12 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memstream.domain.message_index import NO_MESSAGES, StoredMessages, StoredMessagesMoved
+from memstream.domain.message_index import (
+    NO_MESSAGES,
+    Probe,
+    StoredMessages,
+    StoredMessagesMoved,
+)
 from memstream.domain.session import Session
 from memstream.projections.sqlite.read_connection import (
     LookupWindow,
@@ -69,6 +74,33 @@ class SqliteStoredMessages:
             if seq is None or not window.low <= seq <= window.high:
                 raise StoredMessagesMoved(f"session {self.key[1]!r} is at {seq}")
         return (None if position is None else (parent_id, int(position))), int(count)
+
+    def probe_many(self, message_ids: Sequence[str]) -> dict[str, Probe]:
+        """:meth:`probe` of each id in one statement (one consistent view): the stored rows,
+        the children counts of ids not stored (orphans), and the session's recorded position."""
+        marks = ",".join("?" * len(message_ids))
+        rows = self.connection.execute(
+            f"SELECT 0, id, parent_id, position, child_count FROM messages "
+            f"WHERE sid = ?1 AND id IN ({marks}) "
+            f"UNION ALL SELECT 1, parent_id, NULL, NULL, count(*) FROM messages "
+            f"WHERE sid = ?1 AND parent_id IN ({marks}) GROUP BY parent_id "
+            "UNION ALL SELECT 2, NULL, NULL, NULL, (SELECT last_seq FROM session_state "
+            "WHERE namespace = ? AND session_id = ? AND sid = ?1)",
+            (self.sid, *message_ids, *message_ids, *self.key),
+        ).fetchall()
+        window = self.window
+        stored: dict[str, Probe] = {}
+        orphans: dict[str, int] = {}
+        for kind, message_id, parent_id, position, value in rows:
+            if kind == 0:
+                stored[message_id] = ((parent_id, int(position)), int(value))
+            elif kind == 1:
+                orphans[message_id] = int(value)
+            elif window.low is not None and (
+                value is None or not window.low <= value <= window.high
+            ):
+                raise StoredMessagesMoved(f"session {self.key[1]!r} is at {value}")
+        return {m: stored[m] if m in stored else (None, orphans.get(m, 0)) for m in message_ids}
 
     def leaves(self, below: int | None, limit: int) -> Sequence[tuple[str, int]]:
         if self.window.low is not None:

@@ -254,6 +254,30 @@ async def run(program: list[tuple[Any, ...]], project_on_read: int = 0) -> None:
     ],
     project_on_read=0,
 )
+@example(  # a chain that re-appends a deleted message its children still point at
+    program=[
+        ("ours", 0, ("batch", ["m0", "m1", "m2"], ("omit",))),
+        ("project", 6),
+        ("ours", 0, ("delete", ["m1"])),
+        ("project", 6),
+        ("restart",),
+        ("ours", 0, ("batch", ["m1", "m5"], ("none",))),
+        ("check", 0),
+    ],
+    project_on_read=0,
+)
+@example(  # a chain looked up at once, guarded, on a read model dropped for a rebuild
+    program=[
+        ("ours", 0, ("batch", ["m0", "m1", "m2"], ("omit",))),
+        ("project", 6),
+        ("restart",),
+        ("ours", 0, ("batch", ["m0", "m1"], ("omit",))),  # a no-op, decided in a reading
+        ("rebuild", 0),
+        ("ours", 0, ("batch", ["m2", "m5"], ("omit",))),  # m2 exists: only m5 is new
+        ("check", 0),
+    ],
+    project_on_read=0,
+)
 @example(  # a read model rebuilt behind the writer's back, and another writer's events
     program=[
         ("ours", 0, ("append", "m0", ("omit",))),
