@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from support.processes import MEMSTREAM, clean_env, memstream, wait_for_text
 
-from memstream import ReadModelDamagedError
+from memstream import ReadModelDamagedError, Session
 from memstream.client import Memstream, open_memstream
 from memstream.projections.sqlite.damage import file_identity
 from memstream.settings import Settings
@@ -292,15 +292,21 @@ def overwrite_all_but_tracking(database: Path) -> None:
     garble(database, set(range(1, pages + 1)) - kept)
 
 
-async def test_the_projector_replaces_a_read_model_it_finds_damaged_in_a_batch(
-    ms: Memstream, settings: Settings, caplog: pytest.LogCaptureFixture
-) -> None:
-    # Given a client running the projector, with messages projected
-    session = ms.session("a")
+async def hundred_messages(ms: Memstream, session_id: str) -> Session:
+    """A session of 100 ~500-byte messages, projected."""
+    session = ms.session(session_id)
     await session.append_messages(
         [{"id": f"m{n}", "role": "user", "content": f"message {n} " * 50} for n in range(100)]
     )
     await ms.wait_for_sessions()
+    return session
+
+
+async def test_the_projector_replaces_a_read_model_it_finds_damaged_in_a_batch(
+    ms: Memstream, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a client running the projector, with messages projected
+    session = await hundred_messages(ms, "a")
     assert ms.projector is not None
     stats = ms.projector.stats
     damaged = file_identity(settings.database_path)
@@ -400,11 +406,7 @@ async def test_a_command_meeting_a_damaged_read_model_is_decided_from_the_log(
     ms: Memstream, settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Given a session of 100 messages, projected, and a read model then damaged
-    session = ms.session("a")
-    await session.append_messages(
-        [{"id": f"m{n}", "role": "user", "content": f"message {n} " * 50} for n in range(100)]
-    )
-    await ms.wait_for_sessions()
+    await hundred_messages(ms, "a")
     overwrite_root_pages(settings.database_path, ("session_state", "messages", "session_keys"))
 
     # When a new client (nothing cached) runs commands on the session
