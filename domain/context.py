@@ -237,9 +237,14 @@ class StoredEntries(Protocol):
         """
 
 
-class _NoEntries:
+class NoEntries:
+    """The empty base: what a search block holds before its first entry."""
+
     def content(self, entry_key: str) -> str | None:
         return None
+
+
+NO_ENTRIES: Final = NoEntries()
 
 
 class EntryDigests:
@@ -250,7 +255,7 @@ class EntryDigests:
     __slots__ = ("_base", "_known")
 
     def __init__(self, base: StoredEntries | None = None) -> None:
-        self._base: StoredEntries = base or _NoEntries()
+        self._base: StoredEntries = base or NO_ENTRIES
         self._known: dict[str, str | None] = {}
 
     def get(self, entry_key: str) -> str | None:
@@ -274,6 +279,7 @@ __all__ = [
     "CONTENT_MAX_BYTES",
     "CONTEXT_KEY_MAX_CHARS",
     "ENTRY_KEY_MAX_CHARS",
+    "NO_ENTRIES",
     "ContextDocument",
     "EntryDigests",
     "SearchIndex",

@@ -14,8 +14,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from memstream.domain.context import ContextDocument, SearchIndex, StoredEntries
-from memstream.domain.message_index import StoredMessagesMoved
+from memstream.domain.context import NO_ENTRIES, ContextDocument, SearchIndex, StoredEntries
 from memstream.projections.sqlite.read_connection import (
     LookupWindow,
     ReadConnection,
@@ -89,23 +88,14 @@ class SqliteStoredEntries:
         self.window = window
 
     def content(self, entry_key: str) -> str | None:
-        window = self.window
         row = self.connection.execute(
             "SELECT e.content, b.last_seq FROM search_blocks AS b "
             "LEFT JOIN search_entries AS e ON e.bid = b.bid AND e.key = ? "
             "WHERE b.bid = ? AND b.namespace = ? AND b.key = ?",
             (entry_key, self.bid, *self.key),
         ).fetchone()
-        if window.low is not None:
-            seq = None if row is None else row[1]
-            if seq is None or not window.low <= seq <= window.high:
-                raise StoredMessagesMoved(f"search block {self.bid} is at {seq}")
+        self.window.admit(None if row is None else row[1], f"search block {self.key[1]!r}")
         return None if row is None or row[0] is None else str(row[0])
-
-
-class _NoEntries:
-    def content(self, entry_key: str) -> str | None:
-        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +141,7 @@ class SqliteSearchSnapshots:
             (self.namespace, key),
         ).fetchone()
         if row is None or not row[1]:
-            return SearchSnapshot(self.namespace, key, 0, 0, _NoEntries())
+            return SearchSnapshot(self.namespace, key, 0, 0, NO_ENTRIES)
         entries = SqliteStoredEntries(
             self.connection, int(row[0]), (self.namespace, key), self._window
         )

@@ -20,6 +20,8 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from memstream.domain.message_index import StoredMessagesMoved
+
 Lender = Callable[[], sqlite3.Connection | None]
 
 
@@ -32,10 +34,6 @@ class ReadConnection:
         self.own = own
         self._lend = lend
         self._pinned: sqlite3.Connection | None = None
-
-    def lend_from(self, lend: Lender | None) -> None:
-        """Read through what ``lend()`` returns whenever it is not ``None`` (``None``: stop)."""
-        self._lend = lend
 
     def current(self) -> sqlite3.Connection:
         """The connection the next statement runs on."""
@@ -90,6 +88,16 @@ class LookupWindow:
     def __init__(self) -> None:
         self.low: int | None = None
         self.high = 0
+
+    def admit(self, seq: int | None, what: str) -> None:
+        """Check a guarded lookup's recorded position (nothing to check inside a reading).
+
+        Raises:
+            StoredMessagesMoved: ``what`` is at ``seq`` (``None``: gone or renumbered), outside
+                the positions the lookup may use.
+        """
+        if self.low is not None and (seq is None or not self.low <= seq <= self.high):
+            raise StoredMessagesMoved(f"{what} is at {seq}")
 
 
 class Reading:

@@ -71,8 +71,7 @@ class SqliteStoredMessages:
             parent_id, position, count, seq = self.connection.execute(
                 _GUARDED_PROBE, (self.sid, message_id, *self.key)
             ).fetchone()
-            if seq is None or not window.low <= seq <= window.high:
-                raise StoredMessagesMoved(f"session {self.key[1]!r} is at {seq}")
+            window.admit(seq, f"session {self.key[1]!r}")
         return (None if position is None else (parent_id, int(position))), int(count)
 
     def probe_many(self, message_ids: Sequence[str]) -> dict[str, Probe]:
@@ -88,7 +87,6 @@ class SqliteStoredMessages:
             "WHERE namespace = ? AND session_id = ? AND sid = ?1)",
             (self.sid, *message_ids, *message_ids, *self.key),
         ).fetchall()
-        window = self.window
         stored: dict[str, Probe] = {}
         orphans: dict[str, int] = {}
         for kind, message_id, parent_id, position, value in rows:
@@ -96,10 +94,8 @@ class SqliteStoredMessages:
                 stored[message_id] = ((parent_id, int(position)), int(value))
             elif kind == 1:
                 orphans[message_id] = int(value)
-            elif window.low is not None and (
-                value is None or not window.low <= value <= window.high
-            ):
-                raise StoredMessagesMoved(f"session {self.key[1]!r} is at {value}")
+            else:
+                self.window.admit(value, f"session {self.key[1]!r}")
         return {m: stored[m] if m in stored else (None, orphans.get(m, 0)) for m in message_ids}
 
     def leaves(self, below: int | None, limit: int) -> Sequence[tuple[str, int]]:

@@ -9,14 +9,17 @@ entries it hands out, so that tests can assert how much of a subject a decision 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
 
-from memstream.workers.codec import H_MSG_ID
+from memstream.workers.codec import H_MSG_ID, CommandMeta, decode_event, encode_event
 from memstream.workers.event_log import (
     ExpectedSequenceMismatch,
     LogEntry,
     OutgoingMessage,
     PublishResult,
 )
+
+A = TypeVar("A")
 
 
 class MemoryLog:
@@ -54,3 +57,21 @@ class MemoryLog:
 
     async def last_seq(self, subject: str) -> int:
         return self._last.get(subject, 0)
+
+    def replay(self, subject: str, aggregate: A) -> A:
+        """``aggregate`` (empty) with every event of ``subject`` applied: the reference a
+        decision on a restored aggregate is compared with. Reads are not counted."""
+        for entry in self.entries:
+            if entry.subject == subject:
+                decode_event(entry.payload, entry.headers, entry.subject).mutate(aggregate)
+        return aggregate
+
+    async def publish_behind(self, subject: str, events: Sequence[Any]) -> None:
+        """Publish ``events`` as another writer would, one command each, behind the back of
+        whoever holds the subject's aggregate."""
+        last = await self.last_seq(subject)
+        for event in events:
+            meta = CommandMeta()
+            payload, headers = encode_event(event, meta, meta.command_id)
+            message = OutgoingMessage(payload, headers, meta.command_id)
+            last = (await self.publish(subject, [message], last)).seq

@@ -29,8 +29,6 @@ from memstream.projections.sqlite.context_snapshots import (
 )
 from memstream.projections.sqlite.database import drop_projection, open_database
 from memstream.workers.aggregate_store import AggregateStore
-from memstream.workers.codec import CommandMeta, decode_event, encode_event
-from memstream.workers.event_log import OutgoingMessage
 from memstream.workers.projector import ContextProjection, ProjectorStats, apply_batch
 from memstream.workers.subjects import subject_for
 
@@ -124,10 +122,7 @@ class World:
             if kind == "search"
             else ContextDocument.empty(NAMESPACE, key)
         )
-        for entry in self.log.entries:
-            if entry.subject == subject:
-                decode_event(entry.payload, entry.headers, entry.subject).mutate(aggregate)
-        return aggregate
+        return self.log.replay(subject, aggregate)
 
     def project(self, count: int) -> None:
         entries = self.log.entries[self.projected : self.projected + count]
@@ -161,15 +156,7 @@ class World:
             events = list(decision(command)(self.replay(kind, key, subject)))
         except MemstreamError:
             return
-        last = await self.log.last_seq(subject)
-        for event in events:
-            meta = CommandMeta()
-            payload, headers = encode_event(event, meta, meta.command_id)
-            last = (
-                await self.log.publish(
-                    subject, [OutgoingMessage(payload, headers, meta.command_id)], last
-                )
-            ).seq
+        await self.log.publish_behind(subject, events)
 
     def close(self) -> None:
         self.projector.close()

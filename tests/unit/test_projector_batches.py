@@ -301,3 +301,29 @@ def test_apply_session_writes_without_rows_writes_its_search_rows_itself(
     database.execute("COMMIT")
     hits = SqliteSessionQueries(database).search(NAMESPACE, "s", "kiwi", 5)
     assert [h["id"] for h in hits] == ["m1"]
+
+
+def test_a_checkpoint_that_fails_is_logged_and_tried_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a checkpointer of a file that is not there (moved aside, say)
+    path = tmp_path / "memstream.db"
+    checkpointer = Checkpointer(path, delay=0.0)
+    checkpointer.start()
+    try:
+        checkpointer.committed()
+        deadline = time.monotonic() + 10
+        while "checkpoint of" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # Then the failure is one warning naming the file, and nothing was created in its place
+        assert f"checkpoint of {path} failed" in caplog.text
+        assert not path.exists()
+        assert checkpointer.checkpoints == 0
+        # And once the file is back, the next commit is checkpointed
+        open_database(path).close()
+        checkpointer.committed()
+        while checkpointer.checkpoints == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert checkpointer.checkpoints == 1
+    finally:
+        checkpointer.stop()

@@ -27,8 +27,6 @@ from memstream.domain.session import OMITTED, Session
 from memstream.projections.sqlite.database import drop_projection, open_database
 from memstream.projections.sqlite.session_snapshots import SqliteSessionSnapshots
 from memstream.workers.aggregate_store import AggregateStore
-from memstream.workers.codec import CommandMeta, decode_event, encode_event
-from memstream.workers.event_log import OutgoingMessage
 from memstream.workers.projector import ProjectorStats, SessionProjection, apply_batch
 from memstream.workers.subjects import subject_for
 
@@ -133,11 +131,7 @@ class World:
 
     def replay(self, name: str) -> Session:
         """The session replayed from its subject's first event (the reference)."""
-        session = Session.empty(NAMESPACE, name)
-        for entry in self.log.entries:
-            if entry.subject == _subject(name):
-                decode_event(entry.payload, entry.headers, entry.subject).mutate(session)
-        return session
+        return self.log.replay(_subject(name), Session.empty(NAMESPACE, name))
 
     def project(self, count: int) -> None:
         entries = self.log.entries[self.projected : self.projected + count]
@@ -166,12 +160,7 @@ class World:
             events = list(decide(self.replay(name)))
         except MemstreamError:
             return
-        last = await self.log.last_seq(_subject(name))
-        for event in events:
-            meta = CommandMeta()
-            payload, headers = encode_event(event, meta, meta.command_id)
-            message = OutgoingMessage(payload, headers, meta.command_id)
-            last = (await self.log.publish(_subject(name), [message], last)).seq
+        await self.log.publish_behind(_subject(name), events)
 
     async def check(self, name: str) -> None:
         """The restored state answers every lookup as the replayed one does."""
