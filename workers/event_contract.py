@@ -4,7 +4,7 @@ A consumer written with nats-py and ``json`` reads it without memstream (``docs/
 the catalogue). The payload of every event is one JSON object::
 
     {"type": "session.message_appended", "version": 3,
-     "time": "2026-12-01T22:00:00.123456+00:00", "session_id": "chat-1", "parent_id": "m2",
+     "time": "2026-12-01T22:00:00.123456Z", "session_id": "chat-1", "parent_id": "m2",
      "message": {"id": "m3", "role": "user", "parts": [...]}}
 
 ``type`` is a stable dotted name, ``version`` the version this event gives its aggregate
@@ -88,7 +88,7 @@ def encode_payload(event: Any) -> bytes:
         '","version":',
         str(int(event.originator_version)),
         ',"time":"',
-        event.timestamp.isoformat(),
+        utc_time(event.timestamp),
         '"',
     ]
     state = vars(event)
@@ -116,6 +116,13 @@ def encode_payload(event: Any) -> bytes:
             parts += [",", json.dumps(key), ":", json.dumps(value, ensure_ascii=False)]
     parts.append("}")
     return "".join(parts).encode("utf-8")
+
+
+def utc_time(moment: datetime) -> str:
+    """``moment`` in ISO 8601 with ``Z`` for UTC (RFC 3339), the contract's time form; a
+    time in another zone keeps its offset."""
+    text = moment.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 def _carries_id(message_id: object, state: dict[str, Any]) -> bool:

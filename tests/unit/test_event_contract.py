@@ -74,9 +74,19 @@ def test_a_payload_is_plain_json_with_the_message_nested() -> None:
     ]
     assert data["type"] == "session.message_appended"
     assert data["version"] == 1
-    assert data["time"].endswith("+00:00")  # ISO 8601, UTC
+    assert data["time"].endswith("Z")  # ISO 8601 / RFC 3339, UTC
     assert data["message"] == json.loads(event.message_json)
     assert "_type_" not in payload.decode()
+
+
+def test_the_time_is_utc_with_z_and_an_offset_form_still_reads() -> None:
+    event = Session.empty("default", "s").append_message(msg("m1", "hi"))[0]
+    payload, headers = encode_event(event, CommandMeta(), "x")
+    time = json.loads(payload)["time"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z", time), time
+    assert decode_event(payload, headers, SUBJECT).timestamp == event.timestamp
+    offset = payload.replace(time.encode(), time[:-1].encode() + b"+00:00")
+    assert decode_event(offset, headers, SUBJECT).timestamp == event.timestamp
 
 
 def test_a_message_event_costs_at_most_1_3_times_its_message_plus_200_bytes() -> None:
