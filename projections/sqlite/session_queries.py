@@ -9,6 +9,7 @@ from memstream.domain.messages import Message, decode_message, decode_messages
 from memstream.projections.overlays import Compaction, apply_overlays
 from memstream.projections.recent_history import RecentHistory
 from memstream.projections.search_query import to_fts5
+from memstream.projections.sqlite.message_rows import mid_range
 from memstream.projections.sqlite.read_connection import Reads
 
 
@@ -304,14 +305,10 @@ class SqliteSessionQueries:
         expression = to_fts5(query)
         if expression is None:
             return []
-        # The user's terms match the text column only; the scope column holds each row's session
-        # key, so a session's search is one FTS5 query. bm25 gives the scope column no weight
-        # (its one token still counts in the document lengths bm25 normalises by).
-        match = f"text : ({expression})"
-        params: dict[str, Any] = {"limit": limit}
+        params: dict[str, Any] = {"limit": limit, "q": expression}
         if session_id is None:
             ranked = (
-                "SELECT f.rowid AS mid, bm25(messages_fts, 1.0, 0.0) AS score "
+                "SELECT f.rowid AS mid, bm25(messages_fts) AS score "
                 "FROM messages_fts AS f JOIN messages AS m ON m.mid = f.rowid "
                 "WHERE messages_fts MATCH :q "
                 "AND m.sid IN (SELECT sid FROM session_keys WHERE namespace = :ns) "
@@ -322,12 +319,13 @@ class SqliteSessionQueries:
             sid = self._sid(namespace, session_id)
             if sid is None:
                 return []
-            match = f'scope : "{sid}" AND {match}'
+            # A session's rows are one row-id range (see mid_range): FTS5 reads only it.
+            params["low"], params["high"] = mid_range(sid)
             ranked = (
-                "SELECT rowid AS mid, bm25(messages_fts, 1.0, 0.0) AS score FROM messages_fts "
-                "WHERE messages_fts MATCH :q ORDER BY score LIMIT :limit"
+                "SELECT rowid AS mid, bm25(messages_fts) AS score FROM messages_fts "
+                "WHERE messages_fts MATCH :q AND rowid BETWEEN :low AND :high "
+                "ORDER BY score LIMIT :limit"
             )
-        params["q"] = match
         # Rank on rowids alone, then read the text and rows of the winners only: carrying the
         # text of every match through the sort made common terms twice as slow.
         rows = self.connection.execute(

@@ -19,6 +19,7 @@ from memstream.projections.session_writes import (
     SessionWrite,
     UpdateMessage,
 )
+from memstream.projections.sqlite.message_rows import SessionRowsExhausted, mid_range
 
 
 def session_key(connection: sqlite3.Connection, namespace: str, session_id: str) -> int:
@@ -77,7 +78,7 @@ class SessionRows:
     def __init__(self) -> None:
         self.sids: dict[tuple[str, str], int] = {}
         self.tips: dict[int, _Stored] = {}
-        self.texts: list[tuple[int, str, int]] = []  # (rowid, text, scope) to index
+        self.texts: list[tuple[int, str]] = []  # (rowid, text) to index
         self.children: list[tuple[int]] = []  # parents (mid) that gained a child
         self.counts: dict[int, int] = {}  # messages added to each session (sid)
         self.positions: dict[tuple[str, str], tuple[int, int]] = {}  # (seq, version)
@@ -94,8 +95,11 @@ class SessionRows:
     def flush(self, connection: sqlite3.Connection) -> None:
         """Write what the writes so far still owe the read model."""
         if self.texts:
+            # In row-id order: FTS5 writes out what it holds as a segment whenever a row id
+            # comes below the one before, and sessions' row ids are ranges of their own.
+            self.texts.sort()
             connection.executemany(
-                "INSERT INTO messages_fts (rowid, text, scope) VALUES (?, ?, ?)", self.texts
+                "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", self.texts
             )
             self.texts.clear()
         if self.children:
@@ -184,7 +188,7 @@ def _apply_session_writes(
             if stored is not None:
                 rows.stored(stored)
                 if write.text:
-                    rows.texts.append((stored.mid, write.text, sid))
+                    rows.texts.append((stored.mid, write.text))
                 counts[sid] = counts.get(sid, 0) + 1
             continue
         # Any other write may change the aggregates of the rows it touches, and may delete
@@ -199,8 +203,7 @@ def _apply_session_writes(
                     counts[sid] = counts.get(sid, 0) - 1
         elif isinstance(write, ClearSession):
             connection.execute(
-                "DELETE FROM messages_fts WHERE rowid IN (SELECT mid FROM messages WHERE sid = ?)",
-                (sid,),
+                "DELETE FROM messages_fts WHERE rowid BETWEEN ? AND ?", mid_range(sid)
             )
             connection.execute("DELETE FROM messages WHERE sid = ?", (sid,))
             connection.execute("DELETE FROM compactions WHERE sid = ?", (sid,))
@@ -267,17 +270,23 @@ def _insert(
     depth += 1
     size = len(write.content.encode("utf-8", "surrogatepass"))
     path_bytes += size
-    # A message re-appended after a delete counts the orphans that point at it.
+    # The row takes the next id of its session's range. A message re-appended after a delete
+    # counts the orphans that point at it.
+    low, high = mid_range(sid)
     inserted = connection.execute(
-        "INSERT INTO messages (sid, id, parent_id, parent_mid, role, content, bytes, position, "
-        "created_at, child_count, depth, path_bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+        "INSERT INTO messages (mid, sid, id, parent_id, parent_mid, role, content, bytes, "
+        "position, created_at, child_count, depth, path_bytes) VALUES ("
+        "(SELECT coalesce(max(mid), ?12) + 1 FROM messages WHERE mid BETWEEN ?12 AND ?13), "
+        "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
         "(SELECT count(*) FROM messages WHERE sid = ?1 AND parent_id = ?2), ?10, ?11) "
         "ON CONFLICT (sid, id) DO NOTHING RETURNING mid, child_count",
-        (*_row(sid, write, parent_mid, size), depth, path_bytes),
+        (*_row(sid, write, parent_mid, size), depth, path_bytes, low, high),
     ).fetchall()
     if not inserted:
         return None
     mid, children = inserted[0]
+    if mid > high:
+        raise SessionRowsExhausted(f"session key {sid}: no row ids left in its range")
     if parent_mid is not None:
         parents.append((parent_mid,))
     # Orphans left by a delete of this id point at it again (rare: only after a delete), and
@@ -358,7 +367,12 @@ def _insert_chain(
     if clash is not None:
         return False
     parent_mid, depth, path_bytes = _parent_of(connection, sid, first.parent_id, rows.tips.get(sid))
-    (mid,) = connection.execute("SELECT coalesce(max(mid), 0) FROM messages").fetchone()
+    low, high = mid_range(sid)
+    (mid,) = connection.execute(
+        "SELECT coalesce(max(mid), ?1) FROM messages WHERE mid BETWEEN ?1 AND ?2", (low, high)
+    ).fetchone()
+    if mid + len(run) > high:
+        raise SessionRowsExhausted(f"session key {sid}: no row ids left in its range")
     if parent_mid is not None:
         rows.children.append((parent_mid,))
     values = []
@@ -378,7 +392,7 @@ def _insert_chain(
             )
         )
         if write.text:
-            rows.texts.append((mid, write.text, sid))
+            rows.texts.append((mid, write.text))
         parent_mid = mid
     connection.executemany(
         "INSERT INTO messages (mid, sid, id, parent_id, parent_mid, role, content, bytes, "
@@ -423,8 +437,7 @@ def _update(connection: sqlite3.Connection, sid: int, write: UpdateMessage) -> N
     connection.execute("DELETE FROM messages_fts WHERE rowid = ?", (mid,))
     if write.text:
         connection.execute(
-            "INSERT INTO messages_fts (rowid, text, scope) VALUES (?, ?, ?)",
-            (mid, write.text, sid),
+            "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", (mid, write.text)
         )
 
 

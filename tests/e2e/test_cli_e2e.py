@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -119,8 +120,10 @@ def test_append_history_search_export_rebuild_verify_status(
     # And the sessions are listed, and one is shown with its tree's shape
     listed = json_of(env, "sessions", "list")
     assert [(s["session_id"], s["messages"]) for s in listed] == [("trip", 3)]
-    assert listed[0]["first_at"] == events[0]["headers"]["timestamp"]
-    assert listed[0]["last_at"] == events[2]["headers"]["timestamp"]
+    # (the same instants: the log writes UTC with Z, the read model with +00:00)
+    first, last = (datetime.fromisoformat(events[i]["headers"]["timestamp"]) for i in (0, 2))
+    assert datetime.fromisoformat(listed[0]["first_at"]) == first
+    assert datetime.fromisoformat(listed[0]["last_at"]) == last
     trip = json_of(env, "sessions", "show", "trip")
     assert trip == {
         "session_id": "trip",

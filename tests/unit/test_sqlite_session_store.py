@@ -30,6 +30,7 @@ from memstream.projections.session_writes import (
 )
 from memstream.projections.sqlite.checksum import checksum, first_difference
 from memstream.projections.sqlite.database import migrate
+from memstream.projections.sqlite.message_rows import SessionRowsExhausted, mid_range
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 from memstream.projections.sqlite.session_writer import apply_session_writes
 
@@ -171,8 +172,8 @@ def test_the_block_version_migration_projects_the_context_again() -> None:
     connection.execute("INSERT INTO search_blocks (bid, namespace, key) VALUES (1, 'ns', 'kb')")
     connection.execute("INSERT INTO search_entries VALUES (1, 1, 'k', 'text', 6, '', '')")
     connection.execute("INSERT INTO tracking VALUES ('sessions', 7), ('context', 7)")
-    # When it is migrated to the current version
-    migrate(connection)
+    # When it is migrated to version 9
+    migrate(connection, target=9)
     # Then blocks carry versions, and the context projection starts over (rows projected
     # before have none), while the sessions projection is kept
     assert connection.execute("SELECT count(*) FROM context_blocks").fetchone()[0] == 0
@@ -183,11 +184,74 @@ def test_the_block_version_migration_projects_the_context_again() -> None:
     assert columns[-2:] == ["last_seq", "version"]
 
 
+def test_the_row_range_migration_projects_the_sessions_again() -> None:
+    # Given a version-9 database with a message (FTS5 with a scope column), both projections at 7
+    connection = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(connection, target=9)
+    connection.execute(
+        "INSERT INTO session_keys (sid, namespace, session_id) VALUES (1, 'ns', 's')"
+    )
+    connection.execute(
+        "INSERT INTO messages (mid, sid, id, role, content, bytes, position, created_at) "
+        "VALUES (1, 1, 'm1', 'user', '{}', 2, 0, '')"
+    )
+    connection.execute("INSERT INTO messages_fts (rowid, text, scope) VALUES (1, 'hi', 1)")
+    connection.execute("INSERT INTO session_state VALUES ('ns', 's', 7, 1, NULL, '[]', 1)")
+    connection.execute("INSERT INTO tracking VALUES ('sessions', 7), ('context', 7)")
+    # When it is migrated to the current version
+    migrate(connection)
+    # Then the sessions projection starts over (its row ids change), the context one is kept,
+    # and the FTS5 table holds the text alone
+    for table in ("messages", "messages_fts", "session_keys", "session_state"):
+        assert connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table
+    assert connection.execute("SELECT * FROM tracking").fetchall() == [("context", 7)]
+    columns = [row[1] for row in connection.execute("PRAGMA table_info(messages_fts)")]
+    assert columns == ["text"]
+
+
 def test_migrate_is_idempotent(store: Store) -> None:
     # Given a migrated database, when migrated again, nothing changes
     version = store.connection.execute("PRAGMA user_version").fetchone()[0]
     migrate(store.connection)
     assert store.connection.execute("PRAGMA user_version").fetchone()[0] == version >= 1
+
+
+def test_each_session_keeps_its_rows_in_a_row_id_range_of_its_own(store: Store) -> None:
+    # Given two sessions appended in turn, one of them also by a chain (append_messages)
+    for n in range(5):
+        store.append(f"a{n}", session_id="a")
+        store.append(f"b{n}", session_id="b")
+    store.do(lambda s: s.append_messages([msg(f"c{n}") for n in range(10)]), "b")
+    # Then every message row and its search row lie in its session's range, numbered from 1
+    rows = store.connection.execute(
+        "SELECT m.sid, m.mid, f.rowid FROM messages AS m "
+        "JOIN messages_fts AS f ON f.rowid = m.mid ORDER BY m.mid"
+    ).fetchall()
+    assert len(rows) == 20
+    for sid in {sid for sid, _, _ in rows}:
+        low, _ = mid_range(sid)
+        assert [mid - low for s, mid, _ in rows if s == sid] == list(
+            range(1, 1 + sum(s == sid for s, _, _ in rows))
+        )
+    # and a session's search finds its own rows only
+    assert {h["id"] for h in store.queries.search(NS, "a", "text", 50)} == {
+        f"a{n}" for n in range(5)
+    }
+
+
+def test_a_session_with_no_row_ids_left_is_refused_and_nothing_is_written(store: Store) -> None:
+    store.append("m1")
+    sid, mid = store.connection.execute("SELECT sid, mid FROM messages").fetchone()
+    # Given a session whose last row has the last id of its range
+    store.connection.execute("UPDATE messages SET mid = ? WHERE mid = ?", (mid_range(sid)[1], mid))
+    # When a message is inserted, by itself or in a chain, it is refused and nothing is written
+    with pytest.raises(SessionRowsExhausted):
+        store.append("m2", parent="m1")
+    store.connection.execute("ROLLBACK")
+    with pytest.raises(SessionRowsExhausted):
+        store.do(lambda s: s.append_messages([msg(f"c{n}") for n in range(10)]))
+    store.connection.execute("ROLLBACK")
+    assert store.connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 1
 
 
 # -- the tree ------------------------------------------------------------------------------------
@@ -426,7 +490,7 @@ def test_checksums_and_first_difference_find_a_tampered_or_missing_row() -> None
             (NS, "s", "m1", "text of m1"),
         )
         # When a compaction is missing on one side, that side has no row
-        live.execute("INSERT INTO messages_fts (rowid, text, scope) SELECT mid, 'text of m1', sid "
+        live.execute("INSERT INTO messages_fts (rowid, text) SELECT mid, 'text of m1' "
                      "FROM messages WHERE id = 'm1'")  # fmt: skip
         live.execute("DELETE FROM compactions")
         found = first_difference(live, rebuilt, "sessions")
