@@ -101,6 +101,13 @@ SessionWrite = (
 )
 
 
+def indexed_text(content: str) -> str:
+    """The text a message row with JSON ``content`` has in the full-text index. The index keeps
+    no copy of it (contentless): removing a row's terms takes this text again, so it must stay
+    a function of the content alone (a change to it needs the sessions projection rebuilt)."""
+    return searchable_text(decode_message(content) or {})
+
+
 def _insert(namespace: str, event: Any, entry: dict[str, Any], position: int) -> InsertMessage:
     content: str = entry["message_json"]
     message = decode_message(content) or {}

@@ -9,6 +9,12 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+# The terms of the message index (an fts5vocab table of the connection's own).
+_TERMS = "temp.messages_fts_terms"
+_TERMS_TABLE = (
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS {_TERMS} USING fts5vocab(main, messages_fts, row)"
+)
+
 # Each projection's content as named parts, each one query in a canonical order.
 _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
     "sessions": (
@@ -20,12 +26,15 @@ _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
             "ORDER BY k.namespace, k.session_id, m.position",
         ),
         (
-            "message search text",
-            "SELECT k.namespace, k.session_id, m.id, f.text FROM messages_fts AS f "
+            # The index keeps no text (contentless): which messages it holds, and its terms
+            # with their document and occurrence counts.
+            "message search rows",
+            "SELECT k.namespace, k.session_id, m.id FROM messages_fts AS f "
             "JOIN messages AS m ON m.mid = f.rowid JOIN session_keys AS k ON k.sid = m.sid "
             "ORDER BY k.namespace, k.session_id, m.position",
         ),
-        ("message search rows", "SELECT count(*) FROM messages_fts"),
+        ("message search row count", "SELECT count(*) FROM messages_fts"),
+        ("message search terms", f"SELECT term, doc, cnt FROM {_TERMS} ORDER BY term"),
         (
             # The row links, by id (row ids themselves may differ between two builds)
             "message parent links",
@@ -94,6 +103,7 @@ class Difference:
 def checksum(connection: sqlite3.Connection, projection: str) -> str:
     """SHA-256 over every row of ``projection``'s tables in a canonical order."""
     digest = hashlib.sha256()
+    _prepare(connection)
     for _, query in _PARTS[projection]:
         for row in connection.execute(query):
             digest.update(json.dumps(row, ensure_ascii=False).encode("utf-8", "surrogatepass"))
@@ -107,9 +117,17 @@ def first_difference(
 ) -> Difference | None:
     """The first row where two builds of ``projection`` differ, in checksum order (``None``
     when they hold the same content, i.e. when their checksums are equal)."""
+    _prepare(live)
+    _prepare(rebuilt)
     for part, query in _PARTS[projection]:
         pairs = itertools.zip_longest(live.execute(query), rebuilt.execute(query))
         for live_row, rebuilt_row in pairs:
             if live_row != rebuilt_row:
                 return Difference(part, live_row, rebuilt_row)
     return None
+
+
+def _prepare(connection: sqlite3.Connection) -> None:
+    """The connection's view of the message index's terms (a temporary table: nothing is
+    written to the read model)."""
+    connection.execute(_TERMS_TABLE)

@@ -235,11 +235,15 @@ _MIGRATIONS: dict[int, str] = {
     # ``message_rows``), and so do their FTS5 rows, which lose the ``scope`` column: a session's
     # search restricts the query to its row-id range, which FTS5 seeks to, instead of ANDing a
     # per-session token (as slow as the session is long: 1.5x raw FTS5 on a 100,000-message
-    # session, now 1.0x). Row ids change, so the sessions projection is emptied here and
-    # projected again from the log.
+    # session, now 1.0x). The FTS5 table is contentless: it indexes each message's text without
+    # keeping a second copy of it (the text derives from ``messages.content``; see
+    # ``session_writes.indexed_text``). Row ids change, so the sessions projection is emptied
+    # here and projected again from the log.
     10: """
     DROP TABLE messages_fts;
-    CREATE VIRTUAL TABLE messages_fts USING fts5(text, tokenize = 'porter unicode61');
+    CREATE VIRTUAL TABLE messages_fts USING fts5(
+        text, content = '', tokenize = 'porter unicode61'
+    );
     DELETE FROM messages;
     DELETE FROM compactions;
     DELETE FROM session_keys;
@@ -261,6 +265,9 @@ PROJECTION_TABLES: dict[str, tuple[str, ...]] = {
         "search_entries_fts",
     ),
 }
+
+# How a table is emptied where DELETE cannot (a contentless FTS5 table).
+_EMPTY = {"messages_fts": "INSERT INTO messages_fts (messages_fts) VALUES ('delete-all')"}
 
 
 class ReadModelConnection(sqlite3.Connection):
@@ -566,7 +573,7 @@ def drop_projection(connection: sqlite3.Connection, projection: str) -> None:
     connection.execute("BEGIN IMMEDIATE")
     try:
         for table in PROJECTION_TABLES[projection]:
-            connection.execute(f"DELETE FROM {table}")
+            connection.execute(_EMPTY.get(table, f"DELETE FROM {table}"))
         connection.execute("DELETE FROM tracking WHERE projection = ?", (projection,))
         connection.execute("DELETE FROM dead_letters WHERE projection = ?", (projection,))
         connection.execute("COMMIT")

@@ -9,6 +9,7 @@ from memstream.domain.messages import Message, decode_message, decode_messages
 from memstream.projections.overlays import Compaction, apply_overlays
 from memstream.projections.recent_history import RecentHistory
 from memstream.projections.search_query import to_fts5
+from memstream.projections.session_writes import indexed_text
 from memstream.projections.sqlite.message_rows import mid_range
 from memstream.projections.sqlite.read_connection import Reads
 
@@ -328,15 +329,21 @@ class SqliteSessionQueries:
             )
         # Rank on rowids alone, then read the text and rows of the winners only: carrying the
         # text of every match through the sort made common terms twice as slow.
+        # (The index keeps no copy of the text: a hit's text is its message's, again.)
         rows = self.connection.execute(
-            "SELECT m.id, m.role, f.text, m.created_at, k.session_id "
+            "SELECT m.id, m.role, m.content, m.created_at, k.session_id "
             f"FROM ({ranked}) AS hit JOIN messages AS m ON m.mid = hit.mid "
-            "JOIN messages_fts AS f ON f.rowid = hit.mid "
             "JOIN session_keys AS k ON k.sid = m.sid "
             "ORDER BY hit.score",
             params,
         ).fetchall()
         return [
-            {"id": r[0], "role": r[1], "content": r[2], "created_at": r[3], "session_id": r[4]}
+            {
+                "id": r[0],
+                "role": r[1],
+                "content": indexed_text(r[2]),
+                "created_at": r[3],
+                "session_id": r[4],
+            }
             for r in rows
         ]

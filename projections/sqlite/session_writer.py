@@ -18,6 +18,7 @@ from memstream.projections.session_writes import (
     RecordSkill,
     SessionWrite,
     UpdateMessage,
+    indexed_text,
 )
 from memstream.projections.sqlite.message_rows import SessionRowsExhausted, mid_range
 
@@ -202,8 +203,11 @@ def _apply_session_writes(
                 if _delete(connection, sid, message_id):
                     counts[sid] = counts.get(sid, 0) - 1
         elif isinstance(write, ClearSession):
-            connection.execute(
-                "DELETE FROM messages_fts WHERE rowid BETWEEN ? AND ?", mid_range(sid)
+            _unindex(
+                connection,
+                connection.execute(
+                    "SELECT mid, content FROM messages WHERE mid BETWEEN ? AND ?", mid_range(sid)
+                ),
             )
             connection.execute("DELETE FROM messages WHERE sid = ?", (sid,))
             connection.execute("DELETE FROM compactions WHERE sid = ?", (sid,))
@@ -421,20 +425,30 @@ def _parent_of(
     return (None, -1, 0) if row is None else (row[0], row[1], row[2])
 
 
+def _unindex(connection: sqlite3.Connection, rows: Iterable[tuple[int, str]]) -> None:
+    """Remove message rows ``(mid, content)`` from the full-text index. It is contentless (it
+    keeps no copy of the text), so each row's terms are named by its text again."""
+    connection.executemany(
+        "INSERT INTO messages_fts (messages_fts, rowid, text) VALUES ('delete', ?, ?)",
+        [(mid, text) for mid, content in rows if (text := indexed_text(content))],
+    )
+
+
 def _update(connection: sqlite3.Connection, sid: int, write: UpdateMessage) -> None:
     row = connection.execute(
-        "SELECT mid, bytes FROM messages WHERE sid = ? AND id = ?", (sid, write.message_id)
+        "SELECT mid, bytes, content FROM messages WHERE sid = ? AND id = ?",
+        (sid, write.message_id),
     ).fetchone()
     if row is None:
         return
-    mid, old_size = row
+    mid, old_size, old_content = row
+    _unindex(connection, [(mid, old_content)])
     size = len(write.content.encode("utf-8", "surrogatepass"))
     connection.execute(
         "UPDATE messages SET content = ?, bytes = ? WHERE mid = ?", (write.content, size, mid)
     )
     # Every path through this row changes by the difference in size.
     _shift_subtree(connection, sid, mid, 0, size - old_size)
-    connection.execute("DELETE FROM messages_fts WHERE rowid = ?", (mid,))
     if write.text:
         connection.execute(
             "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", (mid, write.text)
@@ -444,12 +458,12 @@ def _update(connection: sqlite3.Connection, sid: int, write: UpdateMessage) -> N
 def _delete(connection: sqlite3.Connection, sid: int, message_id: str) -> bool:
     """Delete a message (``False``: it was not stored)."""
     row = connection.execute(
-        "SELECT mid, parent_id, depth, path_bytes FROM messages WHERE sid = ? AND id = ?",
+        "SELECT mid, parent_id, depth, path_bytes, content FROM messages WHERE sid = ? AND id = ?",
         (sid, message_id),
     ).fetchone()
     if row is None:
         return False
-    mid, parent_id, depth, path_bytes = row
+    mid, parent_id, depth, path_bytes, content = row
     # Each child becomes the root of its path: its subtree loses this row and all above it.
     children = connection.execute(
         "SELECT mid FROM messages WHERE sid = ? AND parent_id = ? AND parent_mid = ?",
@@ -457,7 +471,7 @@ def _delete(connection: sqlite3.Connection, sid: int, message_id: str) -> bool:
     ).fetchall()
     for (child,) in children:
         _shift_subtree(connection, sid, child, -(depth + 1), -path_bytes)
-    connection.execute("DELETE FROM messages_fts WHERE rowid = ?", (mid,))
+    _unindex(connection, [(mid, content)])
     connection.execute("DELETE FROM messages WHERE mid = ?", (mid,))
     # Children keep their parent id but lose the link: a later row may reuse this rowid.
     connection.execute(

@@ -478,17 +478,29 @@ def test_checksums_and_first_difference_find_a_tampered_or_missing_row() -> None
         assert found.rebuilt is not None
         assert found.live[:3] == found.rebuilt[:3] == (NS, "s", "m2")
         assert (found.live[5], json.loads(found.rebuilt[5])["id"]) == ("{}", "m2")
-        # When a search row is missing instead, the difference is found in the search text
+        # When a search row is missing instead, the difference is found in the search rows
         live.execute("UPDATE messages SET content = ? WHERE id = 'm2'", (found.rebuilt[5],))
-        live.execute("DELETE FROM messages_fts WHERE rowid = (SELECT mid FROM messages "
-                     "WHERE id = 'm1')")  # fmt: skip
+        live.execute("INSERT INTO messages_fts (messages_fts, rowid, text) SELECT 'delete', mid, "
+                     "'text of m1' FROM messages WHERE id = 'm1'")  # fmt: skip
         found = first_difference(live, rebuilt, "sessions")
         assert found is not None
         assert (found.part, found.live, found.rebuilt) == (
-            "message search text",
-            (NS, "s", "m2", "second"),
-            (NS, "s", "m1", "text of m1"),
+            "message search rows",
+            (NS, "s", "m2"),
+            (NS, "s", "m1"),
         )
+        # When a row is indexed with other terms, the difference is found in the terms
+        live.execute("INSERT INTO messages_fts (rowid, text) SELECT mid, 'text of m0' "
+                     "FROM messages WHERE id = 'm1'")  # fmt: skip
+        found = first_difference(live, rebuilt, "sessions")
+        assert found is not None
+        assert (found.part, found.live, found.rebuilt) == (
+            "message search terms",
+            ("m0", 1, 1),
+            ("m1", 1, 1),
+        )
+        live.execute("INSERT INTO messages_fts (messages_fts, rowid, text) SELECT 'delete', mid, "
+                     "'text of m0' FROM messages WHERE id = 'm1'")  # fmt: skip
         # When a compaction is missing on one side, that side has no row
         live.execute("INSERT INTO messages_fts (rowid, text) SELECT mid, 'text of m1' "
                      "FROM messages WHERE id = 'm1'")  # fmt: skip
