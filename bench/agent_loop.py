@@ -2,7 +2,7 @@
 session's history, against the architecture's floor doing the same job by hand.
 
 The floor, per step: an awaited JetStream publish of the same message JSON (the log), then in
-SQLite (WAL, one transaction) the message's tree row and its FTS5 text, then a recursive-CTE
+SQLite (WAL, one transaction) the message's tree row and its FTS5 text (contentless, as ours), then a recursive-CTE
 walk from the new leaf to the root with every message's JSON decoded (the read model and the
 read). Its WAL checkpoints run in a thread, as the projector's do. Ours:
 ``Session.append_message`` and ``Session.get_history`` with the projector in this process (the
@@ -40,7 +40,7 @@ CREATE TABLE messages (
     content TEXT NOT NULL,
     UNIQUE (session, id)
 );
-CREATE VIRTUAL TABLE messages_fts USING fts5(text, tokenize = 'porter unicode61');
+CREATE VIRTUAL TABLE messages_fts USING fts5(text, content = '', tokenize = 'porter unicode61');
 """
 
 _PATH = """

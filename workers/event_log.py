@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import re
-import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ from nats.js import JetStreamContext, api
 from memstream.domain.errors import IncompatibleServerError, InvalidInputError, UnavailableError
 from memstream.domain.redaction import redact, redact_url, redacted_exception, url_secrets
 from memstream.workers.codec import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID
-from memstream.workers.nats_client import MemstreamNatsClient
+from memstream.workers.nats_client import MemstreamNatsClient, frame_batch
 from memstream.workers.pull import Puller
 from memstream.workers.server_version import check_server
 
@@ -323,8 +322,51 @@ class EventLog:
     async def _publish_batch(
         self, messages: Sequence[tuple[str, OutgoingMessage]], expected_last_seqs: Mapping[str, int]
     ) -> PublishResult:
-        # The batch id must be unique among the server's open batches (at most 64 characters).
-        batch_id = uuid.uuid4().hex
+        framed: list[tuple[str, bytes, dict[str, str]]] = []
+        guarded: set[str] = set()
+        for subject, message in messages:
+            headers = dict(message.headers)
+            headers[H_MSG_ID] = message.msg_id
+            if subject in expected_last_seqs and subject not in guarded:
+                headers[H_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seqs[subject])
+                guarded.add(subject)
+            framed.append((subject, message.payload, headers))
+        last_subject, last = messages[-1]
+        try:
+            if isinstance(self.client, MemstreamNatsClient):
+                reply = await self.client.request_batch(framed, self.timeout)
+            else:
+                reply = await self._publish_batch_stock(framed)
+        except _TRANSIENT as error:
+            raise UnavailableError(
+                f"NATS did not acknowledge a batch to {messages[0][0]}: {error!r}"
+            ) from error
+        try:
+            return _pub_ack(messages[0][0], reply)
+        except (ExpectedSequenceMismatch, nats.js.errors.BadRequestError):
+            # A batch sent again (by the client after a reconnect, or by a caller retrying a
+            # command) that the log stored already is refused, not acknowledged: it is a
+            # duplicate when the last message of its last subject is its own last message.
+            stored = await self._stored_as_last(last_subject, last.msg_id)
+            if stored is None:
+                raise
+            return PublishResult(seq=stored, duplicate=True)
+
+    async def _stored_as_last(self, subject: str, msg_id: str) -> int | None:
+        """The sequence of ``subject``'s last message if its message id is ``msg_id``."""
+        try:
+            message = await self.js.get_last_msg(self.stream, subject)
+        except nats.js.errors.NotFoundError:
+            return None
+        except _TRANSIENT as error:
+            raise UnavailableError(f"cannot read {subject} from NATS: {error!r}") from error
+        if (message.headers or {}).get(H_MSG_ID) != msg_id:
+            return None
+        return int(message.seq or 0)
+
+    async def _publish_batch_stock(self, framed: list[tuple[str, bytes, dict[str, str]]]) -> Msg:
+        """An atomic batch through nats-py's own publish (a client not made by
+        :func:`connect_nats`): not sent again after a reconnect."""
         inbox = self.client.new_inbox()
         future: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
 
@@ -333,31 +375,12 @@ class EventLog:
                 future.set_result(msg)
 
         sub = await self.client.subscribe(inbox, cb=_on_reply)
-        guarded: set[str] = set()
         try:
-            for index, (subject, message) in enumerate(messages, start=1):
-                headers = dict(message.headers)
-                headers[H_MSG_ID] = message.msg_id
-                headers["Nats-Batch-Id"] = batch_id
-                headers["Nats-Batch-Sequence"] = str(index)
-                if subject in expected_last_seqs and subject not in guarded:
-                    headers[H_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seqs[subject])
-                    guarded.add(subject)
-                if index == len(messages):
-                    headers["Nats-Batch-Commit"] = "1"
-                    await self.client.publish(
-                        subject, message.payload, reply=inbox, headers=headers
-                    )
-                else:
-                    await self.client.publish(subject, message.payload, headers=headers)
-            reply = await asyncio.wait_for(future, self.timeout)
-        except _TRANSIENT as error:
-            raise UnavailableError(
-                f"NATS did not acknowledge a batch to {messages[0][0]}: {error!r}"
-            ) from error
+            for subject, payload, headers, reply in frame_batch(framed, inbox):
+                await self.client.publish(subject, payload, reply=reply, headers=headers)
+            return await asyncio.wait_for(future, self.timeout)
         finally:
             await sub.unsubscribe()
-        return _pub_ack(messages[0][0], reply)
 
     async def stream_last_seq(self) -> int:
         """The stream's last sequence (0 when empty)."""

@@ -16,14 +16,17 @@ receiving it in the projector each cost one task switch less.
 
 A request that carries a ``Nats-Msg-Id`` (every append) and was written to a connection that
 then died is sent again when the client reconnects, so a write in flight when the server is
-killed or restarted completes instead of timing out; the log drops a second copy.
+killed or restarted completes instead of timing out; the log drops a second copy. So is a
+JetStream atomic batch (:meth:`MemstreamNatsClient.request_batch`), whole and under a new batch
+id: the server forgets an open batch with its connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from nats import errors
@@ -39,6 +42,11 @@ _VALUE_NEWLINES = str.maketrans({"\r": " ", "\n": " "})
 _NAME_SPACE = re.compile(rb"[\t\n\x0b\x0c\r\x1c-\x1f ]")
 _PREFIX_CACHE_SIZE = 256
 _MSG_ID = "Nats-Msg-Id"
+BATCH_ID = "Nats-Batch-Id"
+BATCH_SEQUENCE = "Nats-Batch-Sequence"
+BATCH_COMMIT = "Nats-Batch-Commit"
+# One message of a batch: subject, payload, headers (without the batch's own).
+BatchMessage = tuple[str, bytes, Mapping[str, str]]
 
 
 class MemstreamNatsClient(Client):
@@ -54,6 +62,7 @@ class MemstreamNatsClient(Client):
         # Idempotent requests (they carry a Nats-Msg-Id) awaiting their reply, with the number
         # of the connection they went out on: one that died with its connection is sent again.
         self._in_flight: dict[str, tuple[int, str, bytes, dict[str, Any]]] = {}
+        self._batches_in_flight: dict[str, tuple[int, Sequence[BatchMessage]]] = {}
         self._connection_number = 0
 
     async def subscribe_direct(self, subject: str, handler: Callable[[Msg], None]) -> Subscription:
@@ -88,6 +97,7 @@ class MemstreamNatsClient(Client):
         self._direct.clear()
         self._reply_prefix = ""
         self._in_flight.clear()
+        self._batches_in_flight.clear()
 
     def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:
         super()._remove_sub(sid, max_msgs)
@@ -102,10 +112,7 @@ class MemstreamNatsClient(Client):
     ) -> Msg:
         if self.is_draining_pubs:
             raise errors.ConnectionDrainingError
-        if not self._reply_prefix:
-            prefix = f"{self.new_inbox()}."
-            await self.subscribe_direct(f"{prefix}*", self._reply)
-            self._reply_prefix = prefix
+        await self._ensure_reply_subscription()
         # Tokens only need to be unique among this connection's requests.
         self._request_count += 1
         token = str(self._request_count)
@@ -125,6 +132,43 @@ class MemstreamNatsClient(Client):
             del self._replies[token]
             self._in_flight.pop(token, None)
 
+    async def request_batch(self, messages: Sequence[BatchMessage], timeout: float) -> Msg:
+        """Publish ``messages`` as one JetStream atomic batch and wait for its acknowledgement
+        (the reply to its last, committing message). A batch written to a connection that then
+        died is sent again, whole, when the client reconnects; the log refuses it if it stored
+        the first copy (its message ids are known).
+
+        Raises:
+            nats.errors.TimeoutError: no acknowledgement within ``timeout``.
+        """
+        if self.is_draining_pubs:
+            raise errors.ConnectionDrainingError
+        await self._ensure_reply_subscription()
+        self._request_count += 1
+        token = str(self._request_count)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Msg] = loop.create_future()
+        self._replies[token] = future
+        number = self._connection_number + (0 if self.is_connected else 1)
+        self._batches_in_flight[token] = (number, messages)
+        expiry = loop.call_later(timeout, _expire, future)
+        try:
+            for subject, payload, headers, reply in frame_batch(
+                messages, self._reply_prefix + token
+            ):
+                await self.publish(subject, payload, reply=reply, headers=headers)
+            return await future
+        finally:
+            expiry.cancel()
+            del self._replies[token]
+            self._batches_in_flight.pop(token, None)
+
+    async def _ensure_reply_subscription(self) -> None:
+        if not self._reply_prefix:
+            prefix = f"{self.new_inbox()}."
+            await self.subscribe_direct(f"{prefix}*", self._reply)
+            self._reply_prefix = prefix
+
     async def _process_connect_init(self) -> None:
         reconnecting = self.is_reconnecting
         await super()._process_connect_init()
@@ -142,6 +186,17 @@ class MemstreamNatsClient(Client):
                 self._pending.append(command)
                 self._pending_data_size += len(command)
                 self._in_flight[token] = (self._connection_number, subject, payload, headers)
+        for token, (number, messages) in self._batches_in_flight.items():
+            if number == lost:
+                for subject, payload, headers, reply in frame_batch(
+                    messages, self._reply_prefix + token
+                ):
+                    command = prot_command.hpub_cmd(
+                        subject, reply, self._header_block(headers), payload
+                    )
+                    self._pending.append(command)
+                    self._pending_data_size += len(command)
+                self._batches_in_flight[token] = (self._connection_number, messages)
 
     def _reply(self, msg: Msg) -> None:
         future = self._replies.get(msg.subject[len(self._reply_prefix) :])
@@ -208,6 +263,23 @@ class MemstreamNatsClient(Client):
                 continue
             headers[name.decode("ascii")] = value.strip().decode("utf-8", "replace")
         return headers
+
+
+def frame_batch(
+    messages: Sequence[BatchMessage], reply: str
+) -> list[tuple[str, bytes, dict[str, str], str]]:
+    """``messages`` as the publishes of one atomic batch under a new batch id (unique among
+    the server's open batches, at most 64 characters): (subject, payload, headers, reply); the
+    last commits the batch and carries the reply subject."""
+    batch_id = uuid.uuid4().hex
+    framed = []
+    for index, (subject, payload, headers) in enumerate(messages, start=1):
+        framing = {**headers, BATCH_ID: batch_id, BATCH_SEQUENCE: str(index)}
+        last = index == len(messages)
+        if last:
+            framing[BATCH_COMMIT] = "1"
+        framed.append((subject, payload, framing, reply if last else ""))
+    return framed
 
 
 def _expire(future: asyncio.Future[Msg]) -> None:

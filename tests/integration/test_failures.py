@@ -141,7 +141,10 @@ async def test_projector_killed_mid_projection_resumes_without_loss_or_duplicate
 
 
 @pytest.mark.slow
-async def test_nats_restart_during_write_loop_loses_no_acknowledged_write(tmp_path: Path) -> None:
+@pytest.mark.parametrize("per_write", [1, 3], ids=["append_message", "append_messages"])
+async def test_nats_restart_during_write_loop_loses_no_acknowledged_write(
+    tmp_path: Path, per_write: int
+) -> None:
     # Given a nats-server we control (fixed port and store dir) and a client projecting in-process
     port, store = free_port(), tmp_path / "nats-store"
     server = NatsServerProcess.start(store, port=port, log_path=tmp_path / "nats-1.log")
@@ -150,25 +153,30 @@ async def test_nats_restart_during_write_loop_loses_no_acknowledged_write(tmp_pa
     )
     ms = await open_memstream(settings, workers=True)
     session = ms.session("loop")
-    total = 400
+    total = 400 if per_write == 1 else 600
     acknowledged: list[str] = []
     failures: list[tuple[float, float]] = []  # (started, seconds until UnavailableError)
     failed = asyncio.Event()
     restarted_at = float("inf")
 
     async def write_loop() -> None:
-        # A writer that retries a failed command with the same message id (idempotent append)
-        for i in range(total):
+        # A writer that retries a failed command with the same message ids (idempotent), one
+        # message per command or a chain of ``per_write`` (one atomic batch)
+        for i in range(0, total, per_write):
+            messages = [_message(n) for n in range(i, i + per_write)]
             while True:
                 started = time.monotonic()
                 try:
-                    await session.append_message(_message(i))
+                    if per_write == 1:
+                        await session.append_message(messages[0])
+                    else:
+                        await session.append_messages(messages)
                 except UnavailableError:
                     failures.append((started, time.monotonic() - started))
                     if len(failures) >= 2:
                         failed.set()
                     continue
-                acknowledged.append(f"m{i:05d}")
+                acknowledged.extend(str(m["id"]) for m in messages)
                 break
 
     writer = asyncio.create_task(write_loop())

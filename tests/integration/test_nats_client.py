@@ -6,14 +6,21 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import nats.errors
 import pytest
 from nats.aio.msg import Msg
 
-from memstream.workers.event_log import EventLog, OutgoingMessage, connect_nats
+from memstream.workers.event_log import (
+    EventLog,
+    ExpectedSequenceMismatch,
+    OutgoingMessage,
+    PublishResult,
+    connect_nats,
+)
 from memstream.workers.nats_client import MemstreamNatsClient
 from memstream.workers.nats_server import NatsServerProcess, free_port
 
@@ -142,34 +149,46 @@ def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
+async def _lose_next_write(
+    server: NatsServerProcess, client: Any, write: Callable[[], Awaitable[PublishResult]]
+) -> tuple[asyncio.Task[PublishResult], NatsServerProcess]:
+    """Start ``write`` against a server frozen (so it reads nothing), killed once the write is
+    on the wire, and started again on the same port and store; the write's task and the new
+    server."""
+    server.process.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while _state(server.process.pid) != "T":  # stopped before it can read the write
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    sent = client.stats["out_msgs"]
+    task = asyncio.create_task(write())
+    deadline = time.monotonic() + 10
+    while client.stats["out_msgs"] == sent:  # until it is written to the dying connection
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    server.stop(signal.SIGKILL)
+    restarted = await asyncio.to_thread(
+        NatsServerProcess.start,
+        server.store_dir,
+        port=server.port,
+        log_path=server.store_dir.parent / f"nats-{time.monotonic_ns()}.log",
+    )
+    return task, restarted
+
+
 async def test_a_write_lost_with_its_connection_is_sent_again_on_reconnect(tmp_path: Path) -> None:
     # Given a stream on a server, and a client that has written one message to it
-    port = free_port()
-    store = tmp_path / "store"
-    server = NatsServerProcess.start(store, port=port, log_path=tmp_path / "nats-1.log")
+    server = NatsServerProcess.start(tmp_path / "store", port=free_port())
     client = await connect_nats(server.url)
     log = EventLog(client, "LOST", timeout=10)
     try:
         await log.ensure_stream()
         await log.publish("ms.a", [OutgoingMessage(b"one", {}, "id-1")], None)
-        # When the next write goes out to a server that is frozen and then killed
-        server.process.send_signal(signal.SIGSTOP)
-        deadline = time.monotonic() + 10
-        while _state(server.process.pid) != "T":  # stopped before it can read the write
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.01)
-        sent = client.stats["out_msgs"]
-        write = asyncio.create_task(
-            log.publish("ms.a", [OutgoingMessage(b"two", {}, "id-2")], None)
-        )
-        deadline = time.monotonic() + 10
-        while client.stats["out_msgs"] == sent:  # until it is written to the dying connection
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.01)
-        server.stop(signal.SIGKILL)
-        # And the server comes back on the same port and store
-        server = await asyncio.to_thread(
-            NatsServerProcess.start, store, port=port, log_path=tmp_path / "nats-2.log"
+        # When the next write goes out to a server that is frozen, killed and started again
+        write, server = await _lose_next_write(
+            server,
+            client,
+            lambda: log.publish("ms.a", [OutgoingMessage(b"two", {}, "id-2")], None),
         )
         # Then the client sends the write again when it reconnects, and it is stored once
         result = await asyncio.wait_for(write, 10)
@@ -178,6 +197,43 @@ async def test_a_write_lost_with_its_connection_is_sent_again_on_reconnect(tmp_p
         # And a write sent again after the log stored it is acknowledged as a duplicate
         again = await log.publish("ms.a", [OutgoingMessage(b"two", {}, "id-2")], None)
         assert (again.seq, again.duplicate) == (2, True)
+    finally:
+        await client.close()
+        server.stop()
+
+
+async def test_a_batch_lost_with_its_connection_is_sent_again_whole_on_reconnect(
+    tmp_path: Path,
+) -> None:
+    # Given a stream on a server, and a client that has written one message to a subject
+    server = NatsServerProcess.start(tmp_path / "store", port=free_port())
+    client = await connect_nats(server.url)
+    log = EventLog(client, "LOSTBATCH", timeout=10)
+    batch = [OutgoingMessage(f"b{n}".encode(), {}, f"id-b{n}") for n in range(3)]
+    try:
+        await log.ensure_stream()
+        await log.publish("ms.a", [OutgoingMessage(b"one", {}, "id-1")], None)
+        # When a batch of three, guarded by the subject's last sequence, goes out to a server
+        # that is frozen, killed and started again
+        write, server = await _lose_next_write(
+            server, client, lambda: log.publish("ms.a", batch, expected_last_seq=1)
+        )
+        # Then the client sends the whole batch again when it reconnects, stored once
+        result = await asyncio.wait_for(write, 10)
+        assert (result.seq, result.duplicate) == (4, False)
+        assert await log.stream_last_seq() == 4
+        stored = [await log.js.get_msg(log.stream, seq) for seq in (2, 3, 4)]
+        assert [m.data for m in stored] == [b"b0", b"b1", b"b2"]
+        # And the batch sent again after the log stored it (a caller retrying its command) is
+        # acknowledged as a duplicate, with or without its guard, and nothing is added
+        again = await log.publish("ms.a", batch, expected_last_seq=1)
+        assert (again.seq, again.duplicate) == (4, True)
+        again = await log.publish("ms.a", batch, expected_last_seq=None)
+        assert (again.seq, again.duplicate) == (4, True)
+        assert await log.stream_last_seq() == 4
+        # But a batch that was not stored, refused by its guard, is still refused
+        with pytest.raises(ExpectedSequenceMismatch):
+            await log.publish("ms.a", [OutgoingMessage(b"x", {}, f"id-x{n}") for n in range(2)], 1)
     finally:
         await client.close()
         server.stop()
