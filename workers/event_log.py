@@ -275,8 +275,10 @@ class EventLog:
 
         The first message of each subject in ``expected_last_seqs`` carries that subject's
         expected last sequence (the server refuses the header on later messages of a batch).
-        A batch whose message ids the log has seen already is refused by the server (JetStream
-        error 10201) rather than acknowledged as a duplicate.
+        The server refuses a batch whose message ids it has seen rather than acknowledging it as
+        a duplicate; when the batch's last subject ends with the batch's last message (it was
+        stored before: sent again after a reconnect, or a retried command) it is acknowledged
+        here as a duplicate of that.
 
         Raises:
             ExpectedSequenceMismatch: a guarded subject moved on (another writer won).
