@@ -160,6 +160,7 @@ class SqliteReadModelStore:
         self._checkpointer = self._checkpoints() if self._long_lived else None
 
     def drop(self, projection: str) -> None:
+        self._memo.positions = None  # the positions it remembers are gone
         with damage_translated():
             drop_projection(self.connection, projection)
 
