@@ -421,8 +421,8 @@ class ProjectorWorker:
             self._applying = False
 
     async def _apply_batch(self, entries: Sequence[LogEntry]) -> int:
-        """Apply a batch (:func:`batch_steps`), letting the event loop run between events while
-        no reader waits for the batch.
+        """Apply a batch (:meth:`ReadModelStore.steps`), letting the event loop run between
+        events while no reader waits for the batch.
 
         A lingering projector's batch holds a few hundred events: applied at once, it would
         hold up a writer in this process for ~10 ms (its p99.9 append latency); applied in
@@ -432,8 +432,8 @@ class ProjectorWorker:
         A batch of a few big events (at most :data:`THREAD_EVENTS` holding at least
         :data:`THREAD_BYTES`, such as one ``append_messages`` of hundreds of messages), or of
         more events that hold :data:`THREAD_EVENT_BYTES` on average, is applied
-        in a worker thread instead: SQLite releases the GIL
-        while it works, so the projection runs beside this process's writers on another core.
+        in a worker thread instead: the database driver (SQLite's) releases the GIL while it
+        works, so the projection runs beside this process's writers on another core.
         """
         size = sum(len(e.payload) for e in entries) if self.thread_bytes else 0
         if (
