@@ -6,7 +6,8 @@ cursor or error: a backend translates its damage errors into
 :class:`~memstream.domain.errors.ReadModelDamagedError`.
 
 - :class:`ReadModelCopy`: one read-model copy (a SQLite file, a PostgreSQL database) before it is
-  opened; :func:`open_read_models` picks it from the settings.
+  opened; :func:`~memstream.projections.read_models.open_read_models` picks it from the
+  settings.
 - :class:`ReadModels`: the read side a client holds: session and context queries, snapshot
   sources for the writers' aggregates, positions.
 - :class:`ReadModelStore`: the write side a projector (or a rebuild) holds: it applies a batch of

@@ -16,7 +16,7 @@ import pytest
 from support.events import RecordedLog, every_event
 from support.messages import ids, msg
 
-from memstream.domain.errors import ReadModelDamagedError
+from memstream.domain.errors import InvalidInputError, ReadModelDamagedError
 from memstream.projections.ports import (
     MAX_ATTEMPTS,
     PROJECTIONS,
@@ -26,7 +26,9 @@ from memstream.projections.ports import (
     ReadModels,
     ReadModelStore,
 )
+from memstream.projections.read_models import open_read_models
 from memstream.projections.sqlite.store import SqliteCopy
+from memstream.settings import Settings
 from memstream.workers.event_log import LogEntry
 
 NS = "default"
@@ -331,3 +333,15 @@ class TestSqliteReadModelStore(ReadModelStoreContract):
 
     def new_copy(self, tmp_path: Path) -> ReadModelCopy:
         return SqliteCopy(tmp_path / "memstream.db")
+
+
+def test_the_factory_picks_sqlite_in_the_data_dir_unless_a_database_url_is_given(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(data_dir=tmp_path)
+    copy = open_read_models(settings)
+    assert isinstance(copy, SqliteCopy)
+    assert copy.location == str(settings.database_path)
+    assert not copy.exists()  # nothing is opened yet
+    with pytest.raises(InvalidInputError, match="MEMSTREAM_DATABASE_URL"):
+        open_read_models(settings.with_(database_url="postgresql://db/ms"))
