@@ -2,9 +2,9 @@
 session's history, against the architecture's floor doing the same job by hand.
 
 The floor, per step: an awaited JetStream publish of the same message JSON (the log), then in
-SQLite (WAL, one transaction) the message's tree row and its FTS5 text (contentless, as ours), then a recursive-CTE
-walk from the new leaf to the root with every message's JSON decoded (the read model and the
-read). Its WAL checkpoints run in a thread, as the projector's do. Ours:
+SQLite (WAL, one transaction) the message's tree row and its FTS5 text (contentless, as ours),
+then a recursive-CTE walk from the new leaf to the root with every message's JSON decoded (the
+read model and the read). Its WAL checkpoints run in a thread, as the projector's do. Ours:
 ``Session.append_message`` and ``Session.get_history`` with the projector in this process (the
 embedded default), so the read waits for the projection of the write.
 """

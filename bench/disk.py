@@ -61,7 +61,7 @@ async def run() -> Row:
             await _legacy(js, messages)
             legacy_info = await js.stream_info(STREAM)
             assert ms.projector is not None
-            ms.projector.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            ms.projector.store.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         finally:
             await raw.close()
             await ms.close()

@@ -21,6 +21,7 @@ from bench.harness import ACK_TIMEOUT, Row, bench_env, median
 from bench.payloads import MessageFactory
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
+from memstream.projections.sqlite.store import SqliteCopy
 from memstream.workers.event_log import EventLog, connect_nats
 from memstream.workers.rebuild import rebuild
 
@@ -119,7 +120,9 @@ async def run() -> Row:
             raw: list[float] = []
             for round_ in range(ROUNDS):
                 start = time.perf_counter()
-                reached = await rebuild(log, database)  # drops the read model, then replays
+                reached = await rebuild(
+                    log, SqliteCopy(database)
+                )  # drops the read model, then replays
                 ours.append(time.perf_counter() - start)
                 assert reached == total, f"rebuild reached {reached}"
                 assert _count(database) == total

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,12 +12,10 @@ from memstream import MemstreamError
 from memstream.cli import blocks, events, platform, projections, sessions, status
 from memstream.cli.context import GlobalOptions
 from memstream.domain.redaction import redact
-from memstream.projections.sqlite.damage import is_damage
-from memstream.projections.sqlite.database import REBUILD_HINT
 
 
 class _Root(TyperGroup):
-    """Turns a user error (any ``MemstreamError``, or a damaged read model) into one
+    """Turns a user error (any ``MemstreamError``, a damaged read model included) into one
     ``error: ...`` line and exit 1.
 
     Every command runs inside the root group's ``invoke``, so this is the only handler.
@@ -32,12 +29,6 @@ class _Root(TyperGroup):
             # the message
             message = redact(" ".join(str(error).split())) or type(error).__name__
             typer.echo(f"error: {message}", err=True)
-            raise typer.Exit(1) from None
-        except sqlite3.DatabaseError as error:
-            # A command that reads the database directly (status, projections list)
-            if not is_damage(error):
-                raise
-            typer.echo(f"error: the read model is damaged ({error}); {REBUILD_HINT}", err=True)
             raise typer.Exit(1) from None
 
 

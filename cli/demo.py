@@ -76,5 +76,5 @@ async def run_demo(ms: Memstream) -> DemoResult:
         hits=await session.search(QUERY),
         tool_reply=tool_reply,
         prompt=prompt,
-        status=await platform_status(ms.log, ms.database),
+        status=await platform_status(ms.log, ms.read_models),
     )

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from memstream.cli.demo import DemoResult
 from memstream.domain.redaction import redact
-from memstream.projections.sqlite.checksum import Difference
+from memstream.projections.ports import Difference
 from memstream.workers.audit import AuditEvent
 from memstream.workers.rebuild import VerifyResult
 from memstream.workers.status import PlatformStatus, ProjectionStatus

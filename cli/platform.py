@@ -17,6 +17,7 @@ from memstream.cli.context import (
 from memstream.cli.demo import run_demo
 from memstream.cli.output import note, show_demo, show_platform
 from memstream.domain.redaction import redact_url
+from memstream.projections.read_models import open_read_models
 from memstream.workers.apps import create_app, nats_security, require_worker
 from memstream.workers.data_dir import prepare_data_dir, private_database
 from memstream.workers.embedded import EmbeddedRuntime
@@ -112,7 +113,7 @@ def worker(
         prepare_data_dir(settings.data_dir)
     try:
         # One read-model copy has one projector: refuse now, in one line, if one runs.
-        lock = claim_copy(settings.database_path)
+        lock = claim_copy(open_read_models(settings))
         configure_logging()
         config = WorkerConfig(
             nats_url=url,

@@ -15,6 +15,7 @@ from memstream.cli.output import (
     show_verify,
     verify_json,
 )
+from memstream.projections.read_models import open_read_models
 from memstream.workers.rebuild import VerifyResult, rebuild, repair, verify
 from memstream.workers.status import ProjectionStatus, forget_copy, projection_statuses
 
@@ -37,7 +38,7 @@ def list_projections(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
     async def main() -> list[ProjectionStatus]:
         async with connected(settings, workers=False) as ms:
-            return projection_statuses(ms.database, await ms.log.stream_last_seq())
+            return projection_statuses(ms.read_models, await ms.log.stream_last_seq())
 
     statuses = run(main())
     if as_json:
@@ -57,16 +58,16 @@ def rebuild_projections(ctx: typer.Context, names: NamesArg = None) -> None:
     Example: memstream projections rebuild sessions
     """
     settings = settings_of(ctx)
-    database = settings.database_path
-    # Before connecting, which opens the file to read it and fails on a damaged one.
-    moved = repair(database) if database.exists() else None
+    copy = open_read_models(settings)
+    # Before connecting, which opens the copy to read it and fails on a damaged one.
+    moved = repair(copy) if copy.exists() else None
     if moved is not None:
         names = None  # a fresh file: every projection is rebuilt
 
     async def main() -> int:
         async with connected(settings, workers=False) as ms:
             with progress_bar("rebuilding") as progress:
-                return await rebuild(ms.log, database, names, progress=progress)
+                return await rebuild(ms.log, copy, names, progress=progress)
 
     reached = run(main())
     typer.echo(
@@ -96,10 +97,8 @@ def verify_projections(
     async def main() -> tuple[list[VerifyResult], dict[str, bool]]:
         async with connected(settings) as ms:
             with progress_bar("verifying") as progress:
-                results = await verify(
-                    ms.log, settings.database_path, names, as_of=as_of, progress=progress
-                )
-            tracked = {s.name: s.tracked_seq for s in projection_statuses(ms.database, 0)}
+                results = await verify(ms.log, ms.copy, names, as_of=as_of, progress=progress)
+            tracked = {s.name: s.tracked_seq for s in projection_statuses(ms.read_models, 0)}
             return results, {r.projection: tracked[r.projection] == r.seq for r in results}
 
     results, comparable = run(main())

@@ -19,7 +19,7 @@ from memstream.cli.output import (
 )
 from memstream.domain.limits import SEARCH_LIMIT_MAX, check_int, check_session_id, search_query
 from memstream.domain.session import OMITTED
-from memstream.projections.sqlite.overview import session_overview
+from memstream.projections.overview import session_overview
 
 app = typer.Typer(no_args_is_help=True, help="Read and write sessions (trees of messages).")
 

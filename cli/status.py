@@ -31,7 +31,7 @@ def status(
 
     async def main() -> PlatformStatus:
         async with connected(settings, workers=False) as ms:
-            return await platform_status(ms.log, ms.database, dead_letter_limit=dead_letters)
+            return await platform_status(ms.log, ms.read_models, dead_letter_limit=dead_letters)
 
     report = run(main())
     if as_json:

@@ -29,7 +29,14 @@ class UnavailableError(MemstreamError):
 
 class ReadModelDamagedError(UnavailableError):
     """The read-model database is corrupt or not a memstream read model; it is rebuilt from the
-    log (by the process that runs the projector, or ``memstream projections rebuild``)."""
+    log (by the process that runs the projector, or ``memstream projections rebuild``).
+
+    ``reason`` is what the database said (the message itself unless given apart).
+    """
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = message if reason is None else reason
 
 
 class ProjectorRunningError(MemstreamError):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -16,31 +15,21 @@ from nats.aio.client import Client
 
 from memstream.domain.context import ContextDocument, SearchIndex
 from memstream.domain.errors import (
-    InvalidInputError,
     MemstreamError,
     ProjectionLagError,
     ReadModelDamagedError,
 )
 from memstream.domain.limits import check_actor, check_namespace, check_session_id
 from memstream.domain.session import Session as SessionAggregate
-from memstream.projections.sqlite.context_queries import SqliteContextQueries
-from memstream.projections.sqlite.context_snapshots import (
-    SqliteDocumentSnapshots,
-    SqliteSearchSnapshots,
-)
-from memstream.projections.sqlite.copy import copy_id
-from memstream.projections.sqlite.damage import is_damage
-from memstream.projections.sqlite.database import (
+from memstream.projections.ports import (
     REBUILD_HINT,
-    ReadModelConnection,
-    file_replaced,
-    open_database,
-    tracked_seq,
+    ContextQueries,
+    ReadModelCopy,
+    ReadModels,
+    ReadModelStore,
+    SessionQueries,
 )
-from memstream.projections.sqlite.read_connection import ReadConnection
-from memstream.projections.sqlite.session_queries import SqliteSessionQueries
-from memstream.projections.sqlite.session_snapshots import SqliteSessionSnapshots
-from memstream.read_guard import guarded
+from memstream.projections.read_models import open_read_models
 from memstream.session import Session
 from memstream.settings import Settings, default_actor
 from memstream.workers.aggregate_store import AggregateStore, CommandResult
@@ -69,8 +58,10 @@ class Memstream:
         settings: Settings,
         client: Client,
         log: EventLog,
-        connection: sqlite3.Connection,
+        copy: ReadModelCopy,
         runtime: EmbeddedRuntime | None,
+        *,
+        check: bool = False,
     ) -> None:
         self.settings = settings
         self.namespace = settings.namespace
@@ -80,7 +71,8 @@ class Memstream:
         self.log = log
         self.runtime = runtime
         self.projector: ProjectorWorker | None = None
-        self._read_from(connection)
+        self.copy = copy
+        self._read_from(self._open_reader(check=check))
         self.demand = Demand()
         self.positions = self._watch_positions()
         self.last_write_seq = 0
@@ -90,48 +82,39 @@ class Memstream:
         self._watchdog: asyncio.Task[None] | None = None
         self._subjects: dict[str, str] = {}
 
-    def _read_from(self, connection: sqlite3.Connection) -> None:
-        self.database = connection
-        # Reads go through the projector's connection of this process while it is idle: its
-        # page cache is warm, where this one's is dropped by each of the projector's commits.
-        self.reads = reads = ReadConnection(connection, self._lend)
-        self.session_queries = guarded(SqliteSessionQueries(reads), self._damaged)
-        self.context_queries = guarded(SqliteContextQueries(reads), self._damaged)
+    def _read_from(self, read_models: ReadModels) -> None:
+        self.read_models = read_models
+        self.session_queries: SessionQueries = read_models.sessions
+        self.context_queries: ContextQueries = read_models.context
         # Sessions are restored from the sessions read model (plus the events after it), never
-        # replayed from their first event: see SqliteSessionSnapshots. A new read-model file
-        # (one replaced after damage) starts a new store: nothing restored from the old stays.
+        # replayed from their first event: see SnapshotSource. A new read-model copy (one
+        # replaced after damage) starts a new store: nothing restored from the old stays.
         self.sessions = AggregateStore(
             self.log,
             self._empty_session,
-            snapshots=SqliteSessionSnapshots(reads, self.namespace),
+            snapshots=read_models.session_snapshots(self.namespace),
         )
         # Blocks likewise, from the context read model (a block's writes each carry its whole
         # content: replaying them read every version of it).
         self.blocks = AggregateStore(
             self.log,
             lambda key: ContextDocument.empty(self.namespace, key),
-            snapshots=SqliteDocumentSnapshots(reads, self.namespace),
+            snapshots=read_models.document_snapshots(self.namespace),
         )
         self.search_indexes = AggregateStore(
             self.log,
             lambda key: SearchIndex.empty(self.namespace, key),
-            snapshots=SqliteSearchSnapshots(reads, self.namespace),
+            snapshots=read_models.search_snapshots(self.namespace),
         )
 
-    def _lend(self) -> sqlite3.Connection | None:
-        """The in-process projector's connection, when it is idle and on the file read here."""
+    def _idle_store(self) -> ReadModelStore | None:
+        """The in-process projector's store while it is idle: reads may go through it (its
+        caches are warm, where the reader's are dropped by each of the projector's commits)."""
         projector = self.projector
-        if projector is None:
-            return None
-        lent = projector.idle_connection()
-        own = self.database
-        if (
-            isinstance(lent, ReadModelConnection)
-            and isinstance(own, ReadModelConnection)
-            and lent.identity == own.identity
-        ):
-            return lent
-        return None
+        return None if projector is None else projector.idle_store()
+
+    def _open_reader(self, *, check: bool = False) -> ReadModels:
+        return self.copy.reader(on_damage=self._damaged, lender=self._idle_store, check=check)
 
     def _watch_positions(self) -> dict[str, PositionWatch]:
         return {
@@ -155,48 +138,45 @@ class Memstream:
         # (the old one would never advance again).
         self._reopen_if_replaced()
         try:
-            return tracked_seq(self.reads.current(), projection)
-        except sqlite3.DatabaseError as error:
-            if not is_damage(error):
-                raise
+            return self.read_models.tracked_seq(projection)
+        except ReadModelDamagedError as error:
             self._damaged(error)
 
     def _reopen_if_replaced(self) -> None:
         """Read the new file once a damaged read model was replaced (by the projector here or
         elsewhere, or a rebuild): one ``stat`` per read."""
-        if not file_replaced(self.database):
+        if not self.read_models.replaced():
             return
-        old = self.database
-        self._read_from(open_database(self.settings.database_path))
+        old = self.read_models
+        self._read_from(self._open_reader())
         self.positions = self._watch_positions()  # the new file starts again from 0
         old.close()
         logger.info("reading the replaced read model %s", self.settings.database_path)
 
-    def _damaged(self, error: sqlite3.DatabaseError) -> NoReturn:
-        """A read met damage: have the projector of this process replace the file, or say how."""
-        path = self.settings.database_path
+    def _damaged(self, error: ReadModelDamagedError) -> NoReturn:
+        """A read met damage: have the projector of this process replace the copy, or say how."""
+        path = self.copy.location
         if self._report_damage(error):
             raise ReadModelDamagedError(
-                f"read model {path} is damaged ({error}); this process moves it aside and "
-                "rebuilds it from the log: retry in a moment"
+                f"read model {path} is damaged ({error.reason}); this process moves it aside "
+                "and rebuilds it from the log: retry in a moment",
+                reason=error.reason,
             ) from error
         raise ReadModelDamagedError(
-            f"read model {path} is damaged ({error}); {REBUILD_HINT}"
+            f"read model {path} is damaged ({error.reason}); {REBUILD_HINT}", reason=error.reason
         ) from error
 
-    def _report_damage(self, error: sqlite3.DatabaseError) -> bool:
+    def _report_damage(self, error: ReadModelDamagedError) -> bool:
         """Tell the projector of this process (if any: True) that the read model is damaged."""
         if self.projector is None:
             return False
-        connection = self.database
-        identity = connection.identity if isinstance(connection, ReadModelConnection) else None
-        self.projector.report_damage(str(error), identity)
+        self.projector.report_damage(error.reason, self.read_models.identity)
         return True
 
     @property
     def copy_id(self) -> str:
-        """The id of the read-model copy this client reads (kept inside its database)."""
-        return copy_id(self.database)
+        """The id of the read-model copy this client reads (kept inside it)."""
+        return self.read_models.copy_id()
 
     def _empty_session(self, session_id: str) -> SessionAggregate:
         return SessionAggregate.empty(self.namespace, session_id)
@@ -258,15 +238,14 @@ class Memstream:
         times, so the log keeps one copy even if the first attempt was published."""
         meta = meta or CommandMeta(actor=self.actor)
         try:
-            return await store.execute(subject, key, decide, meta)
-        except sqlite3.DatabaseError as error:
-            if not is_damage(error):
-                raise
+            with self.read_models.damage_translated():
+                return await store.execute(subject, key, decide, meta)
+        except ReadModelDamagedError as error:
             self._report_damage(error)
             logger.warning(
                 "read model %s is damaged (%s); deciding %s on its events from the log",
                 self.settings.database_path,
-                error,
+                error.reason,
                 subject,
             )
             return await store.without_snapshots().execute(subject, key, decide, meta)
@@ -322,7 +301,7 @@ class Memstream:
             return
         self.projector = ProjectorWorker.open(
             self.log,
-            self.settings.database_path,
+            self.copy,
             on_commit=self._advance,
             demand=self.demand,
             linger=PROJECTOR_LINGER,
@@ -387,18 +366,14 @@ class Memstream:
             await self.client.flush(timeout=2)
         with contextlib.suppress(Exception):
             await self.client.close()
-        self.database.close()
+        self.read_models.close()
         if self.runtime is not None:
             await asyncio.to_thread(self.runtime.release)
 
 
 async def open_memstream(settings: Settings, *, workers: bool | None = None) -> Memstream:
     """Connect everything ``settings`` describes (see :func:`connect`)."""
-    if settings.database_url is not None:
-        raise InvalidInputError(
-            "MEMSTREAM_DATABASE_URL (PostgreSQL read models) is not supported yet; "
-            "unset it to use SQLite in the data dir"
-        )
+    copy = open_read_models(settings)  # opens nothing yet
     runtime: EmbeddedRuntime | None = None
     url = settings.nats_url
     if url is None:
@@ -422,9 +397,9 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
         log = EventLog(client, settings.stream, timeout=settings.write_timeout)
         await log.ensure_stream()
         connected_seq = await log.stream_last_seq()
-        # The projector's process moves a file that is no read model aside before reading it
+        # The projector's process moves a copy that is no read model aside before reading it
         # (the projector checks it whole, and rebuilds it).
-        connection = open_database(settings.database_path, repair=run_workers, quick_check_limit=-1)
+        ms = Memstream(settings, client, log, copy, runtime, check=run_workers)
     except BaseException:
         if client is not None:  # e.g. the stream could not be created: leave nothing open
             with contextlib.suppress(Exception):
@@ -432,7 +407,6 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
         if runtime is not None:
             await asyncio.to_thread(runtime.release)
         raise
-    ms = Memstream(settings, client, log, connection, runtime)
     ms.connected_seq = connected_seq
     if run_workers:
         try:

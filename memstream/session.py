@@ -23,6 +23,7 @@ from memstream.domain.messages import Message
 from memstream.domain.session import OMITTED
 from memstream.domain.session import Session as SessionAggregate
 from memstream.domain.system_prompt import ContextBlock
+from memstream.projections.ports import SessionQueries
 from memstream.projections.recent_history import RecentHistory
 from memstream.session_context import SessionContext, block_config
 from memstream.workers.codec import CommandMeta, decode_event
@@ -254,7 +255,7 @@ class Session:
 
     # -- reads ---------------------------------------------------------------------------------
 
-    async def _queries(self) -> Any:
+    async def _queries(self) -> SessionQueries:
         await self._context.ready()
         await self._ms.wait_for_sessions()
         return self._ms.session_queries
@@ -286,10 +287,9 @@ class Session:
                 f"min_recent_messages must be a finite number, not {min_recent_messages!r}"
             )
         queries = await self._queries()
-        result: RecentHistory = queries.recent_history(
+        return queries.recent_history(
             self._ms.namespace, self._session_id, max_content_bytes, min_recent_messages
         )
-        return result
 
     async def get_history_row_stats(self) -> list[dict[str, Any]]:
         """``{id, role, bytes}`` of each row on the active path, without content."""
@@ -301,14 +301,12 @@ class Session:
         if not storable(require_str("id", id)):
             return None
         queries = await self._queries()
-        result: Message | None = queries.message(self._ms.namespace, self._session_id, id)
-        return result
+        return queries.message(self._ms.namespace, self._session_id, id)
 
     async def get_latest_leaf(self) -> Message | None:
         """The newest childless message, or ``None`` if the session is empty."""
         queries = await self._queries()
-        result: Message | None = queries.latest_leaf(self._ms.namespace, self._session_id)
-        return result
+        return queries.latest_leaf(self._ms.namespace, self._session_id)
 
     async def get_path_length(self, leaf_id: str | None = None) -> int:
         """Raw messages on the path to ``leaf_id`` (latest leaf by default)."""
@@ -316,7 +314,7 @@ class Session:
         if leaf is not None and not storable(leaf):
             return 0
         queries = await self._queries()
-        return int(queries.path_length(self._ms.namespace, self._session_id, leaf))
+        return queries.path_length(self._ms.namespace, self._session_id, leaf)
 
     async def get_branches(self, message_id: str) -> list[Message]:
         """Children of a message in log order."""

@@ -32,6 +32,7 @@ from eventsourcing.domain import Aggregate
 
 from memstream.domain.errors import ConcurrencyError, MemstreamError
 from memstream.domain.message_index import StoredMessagesMoved
+from memstream.projections.ports import Snapshot, SnapshotSource
 from memstream.workers.codec import CommandMeta, decode_event, encode_event
 from memstream.workers.event_log import (
     ExpectedSequenceMismatch,
@@ -62,36 +63,6 @@ class Log(Protocol):
     def read_subject(self, subject: str, after_seq: int = 0) -> AsyncIterator[LogEntry]: ...
 
     async def last_seq(self, subject: str) -> int: ...
-
-
-class Snapshot(Protocol[A]):
-    """An aggregate as a read model holds it, after the subject's event at :attr:`seq`."""
-
-    @property
-    def seq(self) -> int:
-        """The stream sequence of the last event of the subject it reflects (0: none)."""
-
-    def restore(self) -> A:
-        """The aggregate as of :attr:`seq`."""
-
-    def rebind(self, aggregate: A) -> None:
-        """Point an aggregate restored from an earlier reading at this one's state (called
-        only while its overlay of later events is still valid on top of this snapshot)."""
-
-
-class SnapshotSource(Protocol[A]):
-    """Where aggregates are restored from instead of replaying their subjects."""
-
-    def reading(self) -> AbstractContextManager[None]:
-        """A consistent view for :meth:`snapshot` and every lookup of a decision."""
-
-    def snapshot(self, key: str) -> Snapshot[A]:
-        """The snapshot of aggregate ``key`` (inside :meth:`reading`)."""
-
-    def guard(self, low: int, high: int) -> None:
-        """Let restored aggregates look up outside a reading, each lookup checking that the
-        snapshot it reads is at a position within ``low..high`` (and raising
-        :class:`StoredMessagesMoved` otherwise), until the next reading."""
 
 
 @dataclass

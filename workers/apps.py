@@ -19,7 +19,8 @@ from faststream.nats import NatsBroker, NatsCredentials, NatsToken, NatsUserPass
 from faststream.security import BaseSecurity
 
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.sqlite.copy import ProjectorLock
+from memstream.projections.ports import CopyLock
+from memstream.projections.read_models import open_read_models
 from memstream.workers.event_log import EventLog
 from memstream.workers.position import Demand
 from memstream.workers.projector import ProjectorWorker
@@ -43,7 +44,7 @@ class ProjectorService:
     """The projector's life cycle inside a FastStream app."""
 
     def __init__(
-        self, broker: NatsBroker, config: WorkerConfig, lock: ProjectorLock | None = None
+        self, broker: NatsBroker, config: WorkerConfig, lock: CopyLock | None = None
     ) -> None:
         self.broker = broker
         self.config = config
@@ -57,7 +58,7 @@ class ProjectorService:
         await log.ensure_stream()
         self.worker = ProjectorWorker.open(
             log,
-            self.config.database,
+            open_read_models(self.config),
             lock=self._lock,
             batch_size=self.config.batch_size,
             demand=Demand(),
@@ -118,7 +119,7 @@ def create_app(
     name: str = "projector",
     *,
     security: BaseSecurity | None = None,
-    lock: ProjectorLock | None = None,
+    lock: CopyLock | None = None,
 ) -> FastStream:
     """A FastStream app that runs worker ``name`` against ``config`` until it is stopped.
 

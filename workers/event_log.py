@@ -25,10 +25,16 @@ from nats.js import JetStreamContext, api
 
 from memstream.domain.errors import IncompatibleServerError, InvalidInputError, UnavailableError
 from memstream.domain.redaction import redact, redact_url, redacted_exception, url_secrets
-from memstream.workers.codec import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID
+from memstream.workers.codec import (
+    H_EXPECTED_LAST_SUBJECT_SEQ,
+    H_MSG_ID,
+    decode_event,
+    event_type,
+)
 from memstream.workers.nats_client import MemstreamNatsClient, frame_batch
 from memstream.workers.pull import Puller
 from memstream.workers.server_version import check_server
+from memstream.workers.subjects import parse_subject
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +79,20 @@ class LogEntry:
     subject: str
     payload: bytes
     headers: dict[str, str]
+
+    # What a read-model store needs of a record (memstream.projections.ports.LogRecord).
+
+    def namespace(self) -> str:
+        """The namespace of its subject."""
+        return parse_subject(self.subject).namespace
+
+    def decode(self) -> object:
+        """Its domain event (raises when it cannot be decoded)."""
+        return decode_event(self.payload, self.headers, self.subject)
+
+    def event_type(self) -> str:
+        """Its event type (``""`` when it says none)."""
+        return event_type(self.payload, self.headers)
 
 
 @dataclass(frozen=True, slots=True)

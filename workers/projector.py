@@ -1,5 +1,6 @@
-"""The projector worker: a durable, ordered JetStream pull consumer feeding SQLite read models.
+"""The projector worker: a durable, ordered JetStream pull consumer feeding the read models.
 
+It writes through a :class:`~memstream.projections.ports.ReadModelStore` (the backend's).
 Each batch is applied in one transaction together with each projection's tracking row, then
 acknowledged; a redelivered sequence at or below the tracked one is skipped. On start the
 durable consumer is (re)positioned at the read models' tracked sequence, so a dropped read model
@@ -13,12 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sqlite3
 import time
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 import nats.errors
 import nats.js.errors
@@ -27,33 +25,21 @@ from nats.aio.subscription import Subscription
 from nats.js import api
 
 from memstream.domain.errors import MemstreamError, ReadModelDamagedError
-from memstream.projections.context_writes import project_context_event
-from memstream.projections.session_writes import project_session_event
-from memstream.projections.sqlite.checkpointer import Checkpointer, defer_checkpoints
-from memstream.projections.sqlite.context_writer import apply_context_writes
-from memstream.projections.sqlite.copy import ProjectorLock, copy_id
-from memstream.projections.sqlite.damage import FileIdentity, is_damage
-from memstream.projections.sqlite.database import (
-    ReadModelConnection,
-    database_path,
-    file_replaced,
-    open_database,
-    record_dead_letter,
-    replace_damaged,
-    set_tracked_seqs,
-    tracked_seq,
-    tracked_seqs,
+from memstream.projections.ports import (
+    CopyLock,
+    ProjectorStats,
+    ReadModelCopy,
+    ReadModelRewound,
+    ReadModelStore,
+    step,
 )
-from memstream.projections.sqlite.session_writer import SessionRows, apply_session_writes
-from memstream.workers.codec import decode_event, event_type
 from memstream.workers.event_log import EventLog, LogEntry
 from memstream.workers.position import Demand
 from memstream.workers.pull import Puller, stream_sequence
-from memstream.workers.subjects import demand_subject, parse_subject
+from memstream.workers.subjects import demand_subject
 
 logger = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 5
 # How long a projector gathers a burst of writes before committing it, unless a reader waits for
 # more than is committed, in its process or any other (see ProjectorWorker._linger).
 DEFAULT_LINGER = 0.05
@@ -88,287 +74,15 @@ def projector_consumer(copy: str) -> str:
     return f"{PROJECTOR_CONSUMER_PREFIX}{copy}"
 
 
-class Projection(Protocol):
-    """One read model fed by the projector."""
-
-    name: str
-
-    def apply(self, connection: sqlite3.Connection, subject: str, seq: int, event: object) -> None:
-        """Write the effects of one event (inside the projector's transaction)."""
-
-    def forget(self) -> None:
-        """Drop what it remembers of the read model from earlier writes (after a rollback, or
-        when another connection may have written to the file)."""
-
-    def before_commit(self, connection: sqlite3.Connection) -> None:
-        """Write what it held back during the transaction (called before it commits, and before
-        an event that gets a savepoint of its own)."""
-
-
-class SessionProjection:
-    """Messages tree, message FTS and compaction overlays."""
-
-    name = "sessions"
-
-    def __init__(self) -> None:
-        self.rows = SessionRows()
-
-    def apply(self, connection: sqlite3.Connection, subject: str, seq: int, event: object) -> None:
-        namespace = parse_subject(subject).namespace
-        apply_session_writes(connection, project_session_event(namespace, seq, event), self.rows)
-
-    def forget(self) -> None:
-        self.rows.forget()
-
-    def before_commit(self, connection: sqlite3.Connection) -> None:
-        self.rows.flush(connection)  # see SessionRows: e.g. one FTS5 segment per batch
-
-
-class ContextProjection:
-    """Built-in context blocks, cached prompts, loaded skills, search entries and their FTS."""
-
-    name = "context"
-
-    def apply(self, connection: sqlite3.Connection, subject: str, seq: int, event: object) -> None:
-        namespace = parse_subject(subject).namespace
-        apply_context_writes(connection, project_context_event(namespace, seq, event))
-
-    def forget(self) -> None:
-        pass  # it remembers nothing between events
-
-    def before_commit(self, connection: sqlite3.Connection) -> None:
-        pass  # it holds nothing back
-
-
-def default_projections() -> list[Projection]:
-    """The projections the ``projector`` worker maintains."""
-    return [SessionProjection(), ContextProjection()]
-
-
-class ReadModelRewound(Exception):
-    """The read model's tracked position went backwards (it was dropped for a rebuild)."""
-
-
-@dataclass
-class ProjectorStats:
-    """Counters for status output and tests: events applied (by at least one projection) and
-    skipped (already applied by all), dead letters recorded (one per projection), and batches
-    committed."""
-
-    batches: int = 0
-    applied: int = 0
-    skipped: int = 0
-    dead_lettered: int = 0
-    transient_failures: int = 0
-    attempts: dict[int, int] = field(default_factory=dict)
-
-
-@dataclass
-class BatchMemo:
-    """What a projector keeps between its transactions: the positions it committed last. They
-    (and what its projections remember, see :meth:`Projection.forget`) stay valid while no other
-    connection writes to the file, which ``PRAGMA data_version`` tells: it changes on a
-    connection when another one has committed since (a rebuild, a second writer)."""
-
-    connection: sqlite3.Connection | None = None
-    version: int = -1
-    positions: dict[str, int] | None = None
-
-
-def _begin_positions(
-    connection: sqlite3.Connection, projections: Sequence[Projection], memo: BatchMemo | None
-) -> dict[str, int]:
-    """The projections' positions at the start of a batch (inside its transaction)."""
-    if memo is not None:
-        version = int(connection.execute("PRAGMA data_version").fetchone()[0])
-        if memo.connection is connection and memo.version == version and memo.positions:
-            return dict(memo.positions)
-        memo.connection, memo.version, memo.positions = connection, version, None
-    for projection in projections:
-        projection.forget()
-    return tracked_seqs(connection, [p.name for p in projections])
-
-
-def apply_batch(
-    connection: sqlite3.Connection,
-    projections: Sequence[Projection],
-    entries: Sequence[LogEntry],
-    stats: ProjectorStats,
-    *,
-    committed: int | None = None,
-    memo: BatchMemo | None = None,
-) -> int:
-    """Apply entries in one transaction; return the highest sequence now tracked.
-
-    :func:`batch_steps` driven to its end, without pausing; see there.
-    """
-    steps = batch_steps(connection, projections, entries, stats, committed=committed, memo=memo)
-    while (result := _step(steps)) is None:
-        pass
-    return result
-
-
-def _step(steps: Generator[None, None, int]) -> int | None:
-    """Run :func:`batch_steps` to its next pause; its result once it has committed."""
-    try:
-        next(steps)
-    except StopIteration as finished:
-        result: int = finished.value
-        return result
-    return None
-
-
-def batch_steps(
-    connection: sqlite3.Connection,
-    projections: Sequence[Projection],
-    entries: Sequence[LogEntry],
-    stats: ProjectorStats,
-    *,
-    committed: int | None = None,
-    memo: BatchMemo | None = None,
-) -> Generator[None, None, int]:
-    """Apply entries in one transaction, pausing (``yield``) after each event, and commit;
-    the generator returns the highest sequence now tracked. Closing it before its end rolls the
-    transaction back.
-
-    ``committed`` is the lowest position the caller knows it committed before. When the read
-    model is behind it inside this transaction (another process dropped it to rebuild it),
-    nothing is written and :class:`ReadModelRewound` is raised: applying the batch would mark
-    everything before it as done in the emptied model.
-
-    A failing event is retried by the caller (the transaction rolls back); after
-    ``MAX_ATTEMPTS`` failures, or at once when it cannot be decoded, it is recorded as a dead
-    letter and passed over. Raises on failures that should be retried. ``stats`` counts only
-    what a committed transaction did (``attempts`` survives rollbacks: it is the retry count).
-
-    ``memo`` (the projector's own, across its batches): see :class:`BatchMemo`.
-    """
-    done = ProjectorStats(attempts=stats.attempts)
-    connection.execute("BEGIN IMMEDIATE")
-    try:
-        positions = _begin_positions(connection, projections, memo)
-        if committed is not None and positions and min(positions.values()) < committed:
-            raise ReadModelRewound(f"read model at {min(positions.values())}, was at {committed}")
-        for entry in entries:
-            pending = [p for p in projections if entry.seq > positions[p.name]]
-            if not pending:
-                done.skipped += 1
-                continue
-            try:
-                event = decode_event(entry.payload, entry.headers, entry.subject)
-            except Exception as error:
-                for projection in pending:
-                    _dead_letter(connection, projection.name, entry, error, 1, done)
-                    positions[projection.name] = entry.seq
-                continue
-            applied = False
-            for projection in pending:
-                # Only an event that failed before gets a savepoint (so that its last attempt
-                # can be rolled back alone and dead-lettered): a savepoint per event would make
-                # FTS5 flush a segment per event, several times slower than batched inserts.
-                isolated = entry.seq in stats.attempts
-                if isolated:
-                    projection.before_commit(connection)  # nothing held back across it
-                    connection.execute("SAVEPOINT event")
-                try:
-                    projection.apply(connection, entry.subject, entry.seq, event)
-                except sqlite3.OperationalError:
-                    raise  # locked/busy/disk: transient, retry the whole batch
-                except Exception as error:
-                    if is_damage(error):
-                        raise  # the file's fault, not the event's: the caller replaces it
-                    attempts = stats.attempts.get(entry.seq, 0) + 1
-                    stats.attempts[entry.seq] = attempts
-                    if attempts < MAX_ATTEMPTS or not isolated:
-                        raise  # the whole batch rolls back and is retried
-                    connection.execute("ROLLBACK TO event")
-                    connection.execute("RELEASE event")
-                    for forgetful in projections:
-                        forgetful.forget()  # it may remember rows of the event rolled back
-                    _dead_letter(connection, projection.name, entry, error, attempts, done)
-                else:
-                    if isolated:
-                        connection.execute("RELEASE event")
-                    applied = True
-                positions[projection.name] = entry.seq
-            done.applied += applied
-            yield
-        for projection in projections:
-            projection.before_commit(connection)
-        set_tracked_seqs(connection, positions)
-        connection.execute("COMMIT")
-    except BaseException:
-        connection.execute("ROLLBACK")
-        if memo is not None:
-            memo.positions = None
-        for projection in projections:
-            projection.forget()
-        raise
-    if memo is not None:
-        memo.positions = dict(positions)
-    stats.batches += 1
-    stats.applied += done.applied
-    stats.skipped += done.skipped
-    stats.dead_lettered += done.dead_lettered
-    return min(positions.values()) if positions else 0
-
-
-def _dead_letter(
-    connection: sqlite3.Connection,
-    projection: str,
-    entry: LogEntry,
-    error: BaseException,
-    attempts: int,
-    stats: ProjectorStats,
-) -> None:
-    logger.error("dead letter: %s seq %d on %s: %r", projection, entry.seq, entry.subject, error)
-    record_dead_letter(
-        connection,
-        projection,
-        entry.seq,
-        entry.subject,
-        event_type(entry.payload, entry.headers),
-        repr(error),
-        attempts,
-    )
-    stats.dead_lettered += 1
-
-
-def _checkpoints_for(connection: sqlite3.Connection) -> Checkpointer | None:
-    """Checkpoints of the projector's database in a thread of their own (none for a connection
-    that :func:`open_database` did not make): see
-    :mod:`~memstream.projections.sqlite.checkpointer`."""
-    path = database_path(connection)
-    if path is None:
-        return None
-    defer_checkpoints(connection)
-    checkpointer = Checkpointer(path)
-    checkpointer.start()
-    return checkpointer
-
-
-def claim_copy(database: Path) -> ProjectorLock:
-    """Take the single-projector lock of the read-model copy in ``database`` (creating the
-    database if new), for a projector this process is about to run.
+def claim_copy(copy: ReadModelCopy) -> CopyLock:
+    """Take the single-projector lock of the read-model copy ``copy`` (creating it if new),
+    for a projector this process is about to run.
 
     Raises:
         ProjectorRunningError: another projector runs for this copy (the message names it).
-        UnavailableError: the database cannot be opened.
+        UnavailableError: the copy cannot be opened.
     """
-    try:
-        connection = open_database(database)
-    except ReadModelDamagedError:
-        # The lock is the file's, not the copy's: its holder replaces the damaged file.
-        return ProjectorLock.acquire(database, "(damaged)")
-    try:
-        copy = copy_id(connection)
-    except sqlite3.DatabaseError as error:
-        if not is_damage(error):
-            raise
-        copy = "(damaged)"
-    finally:
-        connection.close()
-    return ProjectorLock.acquire(database, copy)
+    return copy.claim()
 
 
 class ProjectorWorker:
@@ -382,23 +96,21 @@ class ProjectorWorker:
     def __init__(
         self,
         log: EventLog,
-        connection: sqlite3.Connection,
+        store: ReadModelStore,
         *,
-        projections: Sequence[Projection] | None = None,
         durable: str | None = None,
         batch_size: int = 500,
         on_commit: Callable[[int], None] | None = None,
         demand: Demand | None = None,
         linger: float = 0.0,
-        lock: ProjectorLock | None = None,
+        lock: CopyLock | None = None,
         standing_pull: bool = False,
         thread_bytes: int | None = None,
         thread_events: int = THREAD_EVENTS,
     ) -> None:
         self.log = log
-        self.connection = connection
-        self.projections = list(projections or default_projections())
-        self.durable = durable or projector_consumer(copy_id(connection))
+        self.store = store
+        self.durable = durable or projector_consumer(store.copy_id())
         self._named_by_copy = durable is None
         self.lock = lock
         self.batch_size = batch_size
@@ -421,13 +133,11 @@ class ProjectorWorker:
         self._committed = 0
         self._damage: str | None = None  # why the read model must be replaced, once known
         self._batch_done: asyncio.Event | None = None  # set while a fetched batch is in hand
-        self._applying = False  # a batch's transaction may be open (or a thread has the connection)
-        self._memo = BatchMemo()
-        self._checkpointer = _checkpoints_for(connection)
+        self._applying = False  # a batch's transaction may be open (or a thread has the store)
         self._closed = False
 
     @classmethod
-    def open(cls, log: EventLog, database: Path, **options: Any) -> ProjectorWorker:
+    def open(cls, log: EventLog, copy: ReadModelCopy, **options: Any) -> ProjectorWorker:
         """A projector for the read-model copy in ``database``, holding the copy's lock until
         :meth:`close` (or until this process dies).
 
@@ -435,22 +145,22 @@ class ProjectorWorker:
             ProjectorRunningError: another projector runs for this copy.
             UnavailableError: the database cannot be opened.
         """
-        lock = options.pop("lock", None) or claim_copy(database)
+        lock = options.pop("lock", None) or claim_copy(copy)
         try:
-            connection = open_database(database, repair=True)  # moves a damaged one aside
+            store = copy.store(long_lived=True)  # moves a damaged one aside
         except BaseException:
             lock.release()
             raise
-        return cls(log, connection, lock=lock, **options)
+        return cls(log, store, lock=lock, **options)
 
     @property
     def copy_id(self) -> str:
         """The id of the read-model copy this projector writes."""
-        return copy_id(self.connection)
+        return self.store.copy_id()
 
     def start_position(self) -> int:
         """First stream sequence not yet applied by every projection."""
-        return min(tracked_seq(self.connection, p.name) for p in self.projections) + 1
+        return min(self.store.positions().values()) + 1
 
     async def _bind(self) -> Puller:
         js = self.log.js
@@ -508,54 +218,45 @@ class ProjectorWorker:
         task = self._task
         return task is not None and not task.done() and not self._stopping.is_set()
 
-    def idle_connection(self) -> sqlite3.Connection | None:
-        """The projector's connection while it is between batches, for reads in this process
-        on this thread (see :class:`~memstream.projections.sqlite.read_connection.ReadConnection`):
-        ``None`` while a batch is applied, after damage, or once closed."""
+    def idle_store(self) -> ReadModelStore | None:
+        """The projector's store while it is between batches, for reads in this process on
+        this thread (a backend may read through it: its caches are warm): ``None`` while a
+        batch is applied, after damage, or once closed."""
         if self._applying or self._closed or self._damage is not None:
             return None
-        return self.connection
+        return self.store
 
-    def report_damage(self, reason: str, identity: FileIdentity | None) -> None:
-        """A reader in this process met damage in the read-model file ``identity``: replace it
-        and rebuild it (within a fetch timeout, or at :meth:`stop`). A report about a file this
+    def report_damage(self, reason: str, identity: Hashable | None) -> None:
+        """A reader in this process met damage in the read-model copy ``identity``: replace it
+        and rebuild it (within a fetch timeout, or at :meth:`stop`). A report about a copy this
         projector has replaced already is ignored."""
-        connection = self.connection
-        if isinstance(connection, ReadModelConnection) and connection.identity == identity:
+        store = self.store
+        if store.renewable and store.identity == identity:
             self._damage = reason
 
     def _note_damage(self, error: BaseException) -> bool:
-        """Remember ``error`` if it says the read-model file is damaged and can be replaced."""
-        if not is_damage(error) or database_path(self.connection) is None:
+        """Remember ``error`` if it says the read model is damaged and can be replaced."""
+        if not isinstance(error, ReadModelDamagedError) or not self.store.renewable:
             return False
-        self._damage = str(error)
+        self._damage = error.reason
         return True
 
     def _renew_read_model(self) -> bool:
-        """Move a damaged read model aside and open a fresh one, or open the file another
+        """Move a damaged read model aside and open a fresh one, or open the copy another
         process put in place of ours (e.g. ``projections rebuild``). False when that failed
         (logged with what to do); the caller tries again later."""
-        connection = self.connection
+        store = self.store
         damage = self._damage
-        if not isinstance(connection, ReadModelConnection) or (
-            damage is None and not file_replaced(connection)
-        ):
+        if not store.renewable or (damage is None and not store.replaced()):
             return True
-        path = connection.path
         self._closed = True
-        connection.close()
         try:
-            if damage is not None:
-                self.connection = replace_damaged(path, damage, connection.identity)
-            else:
-                self.connection = open_database(path, repair=True)
-                logger.info("projector %s: read model %s was replaced", self.durable, path)
+            store.renew(damage)
         except MemstreamError as error:
             logger.error("projector %s: %s", self.durable, error)
             return False
-        if self._checkpointer is not None:
-            self._checkpointer.stop()
-        self._checkpointer = _checkpoints_for(self.connection)
+        if damage is None:
+            logger.info("projector %s: the read model was replaced; reopened it", self.durable)
         self._closed = False
         self._damage = None
         return True
@@ -565,7 +266,7 @@ class ProjectorWorker:
         under the new copy's name, and delete the old copy's consumer (nothing reads it now)."""
         if not self._named_by_copy:
             return
-        durable = projector_consumer(copy_id(self.connection))
+        durable = projector_consumer(self.store.copy_id())
         if durable == self.durable:
             return
         old, self.durable = self.durable, durable
@@ -577,9 +278,7 @@ class ProjectorWorker:
         """Stop, close the database and give up the copy's lock."""
         await self.stop()
         self._closed = True
-        if self._checkpointer is not None:
-            await asyncio.to_thread(self._checkpointer.stop)
-        self.connection.close()
+        await asyncio.to_thread(self.store.close)  # may wait for background upkeep
         if self.lock is not None:
             self.lock.release()
 
@@ -674,8 +373,6 @@ class ProjectorWorker:
                     for m in msgs
                 ]
                 seq = await self._apply_with_retry(entries)
-                if self._checkpointer is not None:
-                    self._checkpointer.committed()
                 self._committed = seq
                 if self.on_commit:
                     self.on_commit(seq)
@@ -724,8 +421,8 @@ class ProjectorWorker:
             self._applying = False
 
     async def _apply_batch(self, entries: Sequence[LogEntry]) -> int:
-        """Apply a batch (:func:`batch_steps`), letting the event loop run between events while
-        no reader waits for the batch.
+        """Apply a batch (:meth:`ReadModelStore.steps`), letting the event loop run between
+        events while no reader waits for the batch.
 
         A lingering projector's batch holds a few hundred events: applied at once, it would
         hold up a writer in this process for ~10 ms (its p99.9 append latency); applied in
@@ -735,8 +432,8 @@ class ProjectorWorker:
         A batch of a few big events (at most :data:`THREAD_EVENTS` holding at least
         :data:`THREAD_BYTES`, such as one ``append_messages`` of hundreds of messages), or of
         more events that hold :data:`THREAD_EVENT_BYTES` on average, is applied
-        in a worker thread instead: SQLite releases the GIL
-        while it works, so the projection runs beside this process's writers on another core.
+        in a worker thread instead: the database driver (SQLite's) releases the GIL while it
+        works, so the projection runs beside this process's writers on another core.
         """
         size = sum(len(e.payload) for e in entries) if self.thread_bytes else 0
         if (
@@ -745,18 +442,15 @@ class ProjectorWorker:
             and (len(entries) <= self.thread_events or size >= len(entries) * THREAD_EVENT_BYTES)
         ):
             return await self._apply_in_thread(entries)
-        steps = batch_steps(
-            self.connection,
-            self.projections,
+        steps = self.store.steps(
             entries,
             self.stats,
             committed=self._committed,  # someone may have dropped it to rebuild it
-            memo=self._memo,
         )
         demand = self.demand
         slice_end = time.perf_counter() + APPLY_SLICE
         try:
-            while (result := _step(steps)) is None:
+            while (result := step(steps)) is None:
                 if demand is None or demand.pressing(self._committed):
                     continue
                 now = time.perf_counter()
@@ -769,21 +463,13 @@ class ProjectorWorker:
 
     async def _apply_in_thread(self, entries: Sequence[LogEntry]) -> int:
         future = asyncio.ensure_future(
-            asyncio.to_thread(
-                apply_batch,
-                self.connection,
-                self.projections,
-                entries,
-                self.stats,
-                committed=self._committed,
-                memo=self._memo,
-            )
+            asyncio.to_thread(self.store.apply, entries, self.stats, committed=self._committed)
         )
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
             # The thread cannot be stopped half way: let its transaction end before anyone may
-            # close the connection.
+            # close the store.
             with contextlib.suppress(Exception):
                 await future
             raise
@@ -791,7 +477,7 @@ class ProjectorWorker:
     async def _apply_with_retry(self, entries: Sequence[LogEntry]) -> int:
         delay = 0.05
         while True:
-            if self._damage is not None or file_replaced(self.connection):  # one stat a batch
+            if self._damage is not None or self.store.replaced():  # one stat a batch
                 raise ReadModelRewound("read model damaged or replaced")
             try:
                 return await self._apply(entries)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memstream.domain.errors import InvalidInputError
+from memstream.projections.read_models import open_read_models
 from memstream.workers.event_log import EventLog, connect_nats
 from memstream.workers.position import Demand
 from memstream.workers.projector import DEFAULT_LINGER, ProjectorWorker
@@ -27,6 +28,12 @@ class WorkerConfig:
     database: Path
     batch_size: int = 500
     linger: float = DEFAULT_LINGER  # see ProjectorWorker._linger; 0 commits every fetch at once
+    database_url: str | None = None  # where the read models live instead of ``database``
+
+    @property
+    def database_path(self) -> Path:
+        """``database`` (:class:`~memstream.projections.ports.ReadModelSettings`)."""
+        return self.database
 
 
 async def run_worker(name: str, config: WorkerConfig, stop: asyncio.Event) -> None:
@@ -43,7 +50,7 @@ async def run_worker(name: str, config: WorkerConfig, stop: asyncio.Event) -> No
         await log.ensure_stream()
         worker = ProjectorWorker.open(
             log,
-            config.database,
+            open_read_models(config),
             batch_size=config.batch_size,
             demand=Demand(),
             linger=config.linger,

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import re
-import sqlite3
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import nats.errors
 
 from memstream.domain.errors import InvalidInputError, NotFoundError, UnavailableError
-from memstream.projections.sqlite.copy import copy_id
-from memstream.projections.sqlite.database import dead_letters, tracked_seq
+from memstream.projections.ports import PROJECTIONS, ReadModels
 from memstream.workers.event_log import EventLog
-from memstream.workers.projector import default_projections
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,17 +182,17 @@ async def forget_copy(log: EventLog, copy: str, *, local: str | None = None) -> 
     return names
 
 
-def projection_statuses(connection: sqlite3.Connection, last_seq: int) -> list[ProjectionStatus]:
+def projection_statuses(read_models: ReadModels, last_seq: int) -> list[ProjectionStatus]:
     """Tracked sequence and lag (``last_seq`` minus tracked) of every projection."""
     statuses = []
-    for projection in default_projections():
-        seq = tracked_seq(connection, projection.name)
-        statuses.append(ProjectionStatus(projection.name, seq, max(0, last_seq - seq)))
+    for projection in PROJECTIONS:
+        seq = read_models.tracked_seq(projection)
+        statuses.append(ProjectionStatus(projection, seq, max(0, last_seq - seq)))
     return statuses
 
 
 async def platform_status(
-    log: EventLog, connection: sqlite3.Connection, *, dead_letter_limit: int = 5
+    log: EventLog, read_models: ReadModels, *, dead_letter_limit: int = 5
 ) -> PlatformStatus:
     """The stream, its consumers, projection lag and the last ``dead_letter_limit`` dead letters.
 
@@ -203,15 +200,15 @@ async def platform_status(
         UnavailableError: NATS did not answer.
     """
     stream = await stream_status(log)
-    letters = dead_letters(connection)
+    letters = read_models.dead_letters()
     consumers = await consumer_statuses(log)
-    local = copy_id(connection)
+    local = read_models.copy_id()
     return PlatformStatus(
         stream=stream,
         consumers=consumers,
         copies=copy_statuses(consumers, stream.last_seq, local),
         copy_id=local,
-        projections=projection_statuses(connection, stream.last_seq),
+        projections=projection_statuses(read_models, stream.last_seq),
         dead_letter_count=len(letters),
         dead_letters=letters[-dead_letter_limit:] if dead_letter_limit > 0 else [],
     )

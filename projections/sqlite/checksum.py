@@ -6,8 +6,8 @@ import hashlib
 import itertools
 import json
 import sqlite3
-from dataclasses import dataclass
-from typing import Any
+
+from memstream.projections.ports import Difference
 
 # The terms of the message index (an fts5vocab table of the connection's own).
 _TERMS = "temp.messages_fts_terms"
@@ -88,16 +88,6 @@ _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
         ("search entry rows", "SELECT count(*) FROM search_entries_fts"),
     ),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Difference:
-    """Where two builds of a projection first differ: the part, and the first row of it that
-    is not the same on both sides (``None``: that side has no more rows)."""
-
-    part: str
-    live: tuple[Any, ...] | None
-    rebuilt: tuple[Any, ...] | None
 
 
 def checksum(connection: sqlite3.Connection, projection: str) -> str:

@@ -15,6 +15,9 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+from memstream.domain.errors import ReadModelDamagedError
+from memstream.projections.ports import REBUILD_HINT
+
 # SQLite primary result codes that say the file itself is bad (extended codes such as
 # SQLITE_CORRUPT_VTAB, FTS5's, share the low byte). Locked, busy, I/O and constraint errors are
 # not damage: they pass, or they are the event's fault.
@@ -34,6 +37,24 @@ def is_damage(error: BaseException) -> bool:
     if code is not None:
         return code & 0xFF in _DAMAGE_CODES
     return any(word in str(error) for word in _DAMAGE_WORDS)
+
+
+def damaged(error: sqlite3.DatabaseError) -> ReadModelDamagedError:
+    """Our error for SQLite's damage ``error`` (its text is the ``reason``)."""
+    return ReadModelDamagedError(
+        f"the read model is damaged ({error}); {REBUILD_HINT}", reason=str(error)
+    )
+
+
+@contextlib.contextmanager
+def damage_translated() -> Iterator[None]:
+    """Raise :class:`ReadModelDamagedError` for SQLite damage met inside (other errors pass)."""
+    try:
+        yield
+    except sqlite3.DatabaseError as error:
+        if not is_damage(error):
+            raise
+        raise damaged(error) from error
 
 
 def file_identity(path: Path) -> FileIdentity | None:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from memstream.domain.errors import ReadModelDamagedError, UnavailableError
+from memstream.projections.ports import REBUILD_HINT
 from memstream.projections.sqlite.damage import (
     FileIdentity,
     file_identity,
@@ -34,7 +35,6 @@ QUICK_CHECK_LIMIT = 32 * 1024 * 1024
 WAL_SWITCH_TIMEOUT = 30.0
 _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
-REBUILD_HINT = "run `memstream projections rebuild` to move it aside and rebuild it from the log"
 
 _MIGRATIONS: dict[int, str] = {
     1: """

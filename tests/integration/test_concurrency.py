@@ -10,6 +10,7 @@ import pytest
 
 from memstream.client import Memstream, open_memstream
 from memstream.projections.sqlite.database import open_database
+from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
 from memstream.workers.event_log import (
     EventLog,
@@ -93,7 +94,7 @@ async def test_eight_independent_writers_on_one_session_lose_no_update(settings:
             own = [r[0] for r in rows if r[0].startswith(f"w{i}-")]
             assert own == [f"w{i}-{n}" for n in range(PER_WRITER)]
         # And the read model equals a rebuild from the log
-        results = await verify(projector.log, settings.data_dir / "memstream.db")
+        results = await verify(projector.log, SqliteCopy(settings.data_dir / "memstream.db"))
         assert [r.projection for r in results] == ["sessions", "context"]
         assert all(r.ok for r in results), results
 

@@ -31,6 +31,7 @@ from memstream import ContextBlock, Session, StaticContext
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import InvalidInputError, NotFoundError
 from memstream.projections.sqlite.database import drop_projection, open_database
+from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
 from memstream.workers.rebuild import rebuild
 
@@ -872,11 +873,11 @@ async def test_prompt_and_blocks_come_back_after_a_rebuild(ms: Memstream) -> Non
     await ms.wait_for("context")
     before = ms.context_queries.blocks(ms.namespace)
     # When the context read model is dropped
-    drop_projection(ms.database, "context")
+    drop_projection(ms.read_models.connection, "context")
     assert ms.context_queries.cached_prompt(ms.namespace, "replay") is None
     assert ms.context_queries.blocks(ms.namespace) == []
     # And rebuilt from the log
-    await rebuild(ms.log, ms.settings.database_path, ["context"])
+    await rebuild(ms.log, SqliteCopy(ms.settings.database_path), ["context"])
     # Then the blocks and the frozen prompt are back as they were
     assert ms.context_queries.blocks(ms.namespace) == before
     assert ms.context_queries.cached_prompt(ms.namespace, "replay") == frozen

@@ -18,6 +18,7 @@ from memstream.domain.context import joined_content
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.system_prompt import ContextBlock, render_system_prompt
 from memstream.domain.tokens import estimate_string_tokens
+from memstream.projections.sqlite.store import SqliteCopy
 from memstream.providers import SearchBlock, StaticContext
 from memstream.session import Session
 from memstream.workers.nats_server import NatsServerProcess
@@ -198,7 +199,7 @@ async def _check(ms: Memstream, models: dict[str, ReferenceContext], database: P
         if model.prompt is not None:
             assert await fresh.freeze_system_prompt() == model.prompt
     # And the live read models equal a replay of the log into a scratch database
-    results = await verify(ms.log, database)
+    results = await verify(ms.log, SqliteCopy(database))
     assert [r.projection for r in results] == ["sessions", "context"]
     assert all(r.ok for r in results), results
 

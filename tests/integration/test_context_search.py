@@ -13,6 +13,7 @@ from memstream.client import Memstream
 from memstream.domain.entry_keys import entry_key
 from memstream.domain.errors import InvalidInputError
 from memstream.projections.sqlite.database import drop_projection
+from memstream.projections.sqlite.store import SqliteCopy
 from memstream.workers.rebuild import rebuild
 
 SEP = "═" * 46
@@ -334,9 +335,9 @@ async def test_search_entries_come_back_after_a_rebuild(ms: Memstream) -> None:
     await index(session, "Dogs", DOGS)
     await ms.wait_for("context")
     # When the context read model is dropped and rebuilt from the log
-    drop_projection(ms.database, "context")
+    drop_projection(ms.read_models.connection, "context")
     assert ms.context_queries.entry_count(ms.namespace, "knowledge") == 0
-    await rebuild(ms.log, ms.settings.database_path, ["context"])
+    await rebuild(ms.log, SqliteCopy(ms.settings.database_path), ["context"])
     # Then the entries are back, with their latest content only
     assert ms.context_queries.entry_count(ms.namespace, "knowledge") == 2
     fresh = knowledge_session(ms, "replay")

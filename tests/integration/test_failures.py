@@ -21,6 +21,7 @@ from memstream.domain.session import Session as SessionAggregate
 from memstream.domain.session import session_aggregate_id
 from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import dead_letters, open_database, tracked_seq
+from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
 from memstream.workers.codec import CommandMeta, encode_event
 from memstream.workers.event_log import OutgoingMessage
@@ -129,7 +130,7 @@ async def test_projector_killed_mid_projection_resumes_without_loss_or_duplicate
         assert fts_rows == TOTAL_MESSAGES
         assert await session.get_message(expected[-1]) == _message(TOTAL_MESSAGES - 1)
         # And the read model equals a fresh rebuild from the log into a scratch database
-        results = await verify(writer.log, database)
+        results = await verify(writer.log, SqliteCopy(database))
         assert [(r.projection, r.seq) for r in results] == [("sessions", last), ("context", last)]
         assert results[0].live == results[0].rebuilt == live_checksum
         print(f"\nkill landed at tracked seq {seq_at_kill}/{at_kill} of {last}")
@@ -211,7 +212,7 @@ async def test_nats_restart_during_write_loop_loses_no_acknowledged_write(
         history = await session.get_history()
         assert [m["id"] for m in history] == acknowledged
         # And the read model still equals a rebuild from the log
-        results = await verify(ms.log, settings.data_dir / "memstream.db")
+        results = await verify(ms.log, SqliteCopy(settings.data_dir / "memstream.db"))
         assert [r.projection for r in results] == ["sessions", "context"]
         assert all(r.ok for r in results), results
     finally:
@@ -260,7 +261,7 @@ async def test_poison_events_are_dead_lettered_and_the_projector_keeps_going(
     # And both poison events are recorded as dead letters: the undecodable one at once by every
     # projection, the unappliable one by the sessions projection after the bounded attempts (the
     # context projection has nothing to do with a message and applies it)
-    letters = dead_letters(ms.database)
+    letters = dead_letters(ms.read_models.connection)
     assert [(d["projection"], d["seq"], d["subject"], d["attempts"]) for d in letters] == [
         ("context", garbage.seq, "ms.default.session.x", 1),
         ("sessions", garbage.seq, "ms.default.session.x", 1),
@@ -273,7 +274,7 @@ async def test_poison_events_are_dead_lettered_and_the_projector_keeps_going(
     await ms.session("x").append_message(_message(4))
     assert [m["id"] for m in await ms.session("x").get_history()] == ["m00004"]
     # And a rebuild from the log gets past the same poison events to the same read model
-    results = await verify(ms.log, settings.data_dir / "memstream.db")
+    results = await verify(ms.log, SqliteCopy(settings.data_dir / "memstream.db"))
     assert [r.projection for r in results] == ["sessions", "context"]
     assert all(r.ok for r in results), results
     assert {r.seq for r in results} == {await ms.log.stream_last_seq()}
@@ -288,7 +289,7 @@ async def test_verify_finds_a_read_model_changed_behind_the_projectors_back(
         await session.append_message(_message(i))
     await ms.wait_for_sessions()
     database = settings.data_dir / "memstream.db"
-    assert all(r.ok and r.difference is None for r in await verify(ms.log, database))
+    assert all(r.ok and r.difference is None for r in await verify(ms.log, SqliteCopy(database)))
     # When a message row is edited directly in SQLite (not through the log)
     tamper = sqlite3.connect(database, isolation_level=None)
     try:
@@ -297,7 +298,7 @@ async def test_verify_finds_a_read_model_changed_behind_the_projectors_back(
         tamper.close()
     # Then verify reports the sessions read model as different from its rebuild, says where,
     # and the context read model, untouched, still verifies
-    sessions, context = await verify(ms.log, database)
+    sessions, context = await verify(ms.log, SqliteCopy(database))
     assert (sessions.projection, sessions.ok, context.ok) == ("sessions", False, True)
     assert sessions.live != sessions.rebuilt
     assert sessions.difference is not None
@@ -308,6 +309,6 @@ async def test_verify_finds_a_read_model_changed_behind_the_projectors_back(
                                             '{"id":"forged"}')  # fmt: skip
     assert json.loads(sessions.difference.rebuilt[5]) == _message(2)
     # And a rebuild from the log repairs it
-    await rebuild(ms.log, database)
-    assert all(r.ok for r in await verify(ms.log, database))
+    await rebuild(ms.log, SqliteCopy(database))
+    assert all(r.ok for r in await verify(ms.log, SqliteCopy(database)))
     assert await session.get_message("m00002") == _message(2)

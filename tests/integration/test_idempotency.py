@@ -9,8 +9,11 @@ from nats.js import api
 
 from memstream.client import Memstream, open_memstream
 from memstream.domain.session import Session as SessionAggregate
+from memstream.projections.ports import ProjectorStats, ReadModelRewound
+from memstream.projections.sqlite.batches import apply_batch, default_projections
 from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import drop_projection, open_database, tracked_seq
+from memstream.projections.sqlite.store import SqliteCopy, SqliteReadModelStore
 from memstream.settings import Settings
 from memstream.workers.codec import CommandMeta, encode_event
 from memstream.workers.event_log import (
@@ -21,13 +24,7 @@ from memstream.workers.event_log import (
     connect_nats,
 )
 from memstream.workers.nats_server import NatsServerProcess
-from memstream.workers.projector import (
-    ProjectorStats,
-    ProjectorWorker,
-    ReadModelRewound,
-    apply_batch,
-    default_projections,
-)
+from memstream.workers.projector import ProjectorWorker
 from memstream.workers.rebuild import verify
 
 
@@ -204,7 +201,7 @@ async def test_committed_but_unacknowledged_batch_is_skipped_when_redelivered(
         assert tracked_seq(connection, "sessions") == 9
         # Then the result equals the live read model that saw every event once
         await ms.wait_for_sessions()
-        assert checksum(connection, "sessions") == checksum(ms.database, "sessions")
+        assert checksum(connection, "sessions") == checksum(ms.read_models.connection, "sessions")
     finally:
         connection.close()
 
@@ -233,7 +230,7 @@ async def test_a_batch_landing_after_a_rebuild_dropped_the_read_model_writes_not
         # And a rebuild from the start yields the live read model
         assert apply_batch(connection, default_projections(), entries, stats) == 8
         await ms.wait_for_sessions()
-        assert checksum(connection, "sessions") == checksum(ms.database, "sessions")
+        assert checksum(connection, "sessions") == checksum(ms.read_models.connection, "sessions")
     finally:
         connection.close()
 
@@ -250,7 +247,7 @@ async def test_projector_resuming_over_a_committed_unacknowledged_batch_applies_
             await session.append_message(_message(f"m{i}"))
         database = settings.data_dir / "memstream.db"
         connection = open_database(database)
-        worker = ProjectorWorker(writer.log, connection, batch_size=3)
+        worker = ProjectorWorker(writer.log, SqliteReadModelStore(connection), batch_size=3)
         try:
             js = writer.log.js
             await js.add_consumer(
@@ -268,7 +265,7 @@ async def test_projector_resuming_over_a_committed_unacknowledged_batch_applies_
                 LogEntry(m.metadata.sequence.stream, m.subject, m.data, dict(m.headers or {}))
                 for m in fetched
             ]
-            assert apply_batch(connection, worker.projections, entries, ProjectorStats()) == 5
+            assert worker.store.apply(entries, ProjectorStats()) == 5
             await dead.unsubscribe()
             info = await js.consumer_info(writer.log.stream, worker.durable)
             assert (info.num_ack_pending, info.ack_floor.stream_seq) == (5, 0)
@@ -282,7 +279,7 @@ async def test_projector_resuming_over_a_committed_unacknowledged_batch_applies_
             # Then only the new events were applied, and the read model equals a rebuild
             assert worker.stats.applied == 3
             assert [m["id"] for m in await session.get_history()] == [f"m{i}" for i in range(8)]
-            results = await verify(writer.log, database)
+            results = await verify(writer.log, SqliteCopy(database))
             assert [r.projection for r in results] == ["sessions", "context"]
             assert all(r.ok for r in results), results
         finally:

@@ -16,15 +16,12 @@ import pytest
 import memstream.client
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import ProjectionLagError
+from memstream.projections.sqlite.batches import ContextProjection, Projection, SessionProjection
 from memstream.projections.sqlite.database import open_database, tracked_seq
+from memstream.projections.sqlite.store import SqliteReadModelStore
 from memstream.settings import Settings
 from memstream.workers.position import Demand, PositionWatch
-from memstream.workers.projector import (
-    ContextProjection,
-    Projection,
-    ProjectorWorker,
-    SessionProjection,
-)
+from memstream.workers.projector import ProjectorWorker
 from memstream.workers.service import WorkerConfig, run_worker
 from memstream.workers.subjects import demand_subject
 
@@ -205,8 +202,10 @@ class _Halfway(SessionProjection):
         self.count = 0
         self.reached = asyncio.Event()
 
-    def apply(self, connection: sqlite3.Connection, subject: str, seq: int, event: object) -> None:
-        super().apply(connection, subject, seq, event)
+    def apply(
+        self, connection: sqlite3.Connection, namespace: str, seq: int, event: object
+    ) -> None:
+        super().apply(connection, namespace, seq, event)
         self.count += 1
         if self.count == self.at:
             self.reached.set()
@@ -233,8 +232,7 @@ def _one_batch_projector(
     settings = {"standing_pull": False, "thread_bytes": 0, **options}
     return ProjectorWorker(
         writer.log,
-        connection,
-        projections=[projection, ContextProjection()],
+        SqliteReadModelStore(connection, [projection, ContextProjection()]),
         demand=Demand(),
         **settings,
     )
@@ -269,7 +267,9 @@ async def test_a_batch_lets_others_run_between_its_events_and_an_abandoning_stop
         if seq >= 300:
             caught_up.set()
 
-    again = ProjectorWorker(writer.log, connection, demand=Demand(), on_commit=committed)
+    again = ProjectorWorker(
+        writer.log, SqliteReadModelStore(connection), demand=Demand(), on_commit=committed
+    )
     again.start()
     try:
         async with asyncio.timeout(10):
@@ -308,10 +308,12 @@ class _SlowInThread(SessionProjection):
         super().__init__()
         self.started = threading.Event()
 
-    def apply(self, connection: sqlite3.Connection, subject: str, seq: int, event: object) -> None:
+    def apply(
+        self, connection: sqlite3.Connection, namespace: str, seq: int, event: object
+    ) -> None:
         self.started.set()
         time.sleep(0.002)
-        super().apply(connection, subject, seq, event)
+        super().apply(connection, namespace, seq, event)
 
 
 async def test_a_stop_during_a_batch_applied_in_a_thread_lets_it_end_first(

@@ -10,6 +10,7 @@ from pathlib import Path
 from memstream.client import open_memstream
 from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import open_database
+from memstream.projections.sqlite.store import SqliteReadModelStore
 from memstream.settings import Settings
 from memstream.workers.position import Demand
 from memstream.workers.projector import ProjectorWorker
@@ -42,7 +43,7 @@ async def test_every_way_of_consuming_and_applying_builds_the_same_read_model(
             reached = asyncio.Event()
             worker = ProjectorWorker(
                 writer.log,
-                connection,
+                SqliteReadModelStore(connection),
                 demand=Demand(),
                 linger=0.01,
                 standing_pull=standing,

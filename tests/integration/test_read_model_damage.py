@@ -172,7 +172,7 @@ async def main(nats_url, stream, data_dir):
     async with memstream.connect(settings=settings, workers=False) as ms:
         for _ in range(2):  # before and after the test replaces the file
             count = len(await ms.session("a").get_history())
-            print(count, *ms.database.identity, flush=True)
+            print(count, *ms.read_models.identity, flush=True)
             sys.stdin.readline()
 
 asyncio.run(main(sys.argv[1], sys.argv[2], Path(sys.argv[3])))
@@ -327,7 +327,7 @@ async def test_the_projector_replaces_a_read_model_it_finds_damaged_in_a_batch(
         "is damaged" in r.getMessage() and str(moved) in r.getMessage() for r in caplog.records
     )
     assert stats.dead_lettered == 0  # the damage was the file's, not the event's
-    assert ms.projector.connection.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+    assert ms.projector.store.connection.execute("PRAGMA quick_check").fetchone()[0] == "ok"
     # And the new file is a new read-model copy: the projector consumes under its name, and the
     # old copy's consumer is gone
     assert ms.copy_id != old_copy

@@ -43,14 +43,14 @@ async def test_reads_use_the_idle_projector_connection_of_their_process(settings
             await session.append_message({"id": f"m{n}", "role": "user", "content": f"hi {n}"})
             history = await session.get_history()
             assert [m["id"] for m in history] == [f"m{i}" for i in range(n + 1)]
-            assert ms.reads.current() is projector.connection
+            assert ms.read_models.reads.current() is projector.store.connection
         # While a batch is being applied the projector's connection is not lent.
         projector._applying = True
-        assert ms.reads.current() is ms.database
+        assert ms.read_models.reads.current() is ms.read_models.connection
         projector._applying = False
     finally:
         await ms.close()
-    assert projector.idle_connection() is None  # a closed projector lends nothing
+    assert projector.idle_store() is None  # a closed projector lends nothing
 
 
 async def test_reads_without_a_projector_here_use_their_own_connection(
@@ -62,7 +62,7 @@ async def test_reads_without_a_projector_here_use_their_own_connection(
         await writer.session("s").append_message({"id": "m1", "role": "user", "content": "hi"})
         await reader.sync("sessions")
         assert [m["id"] for m in await reader.session("s").get_history()] == ["m1"]
-        assert reader.reads.current() is reader.database
+        assert reader.read_models.reads.current() is reader.read_models.connection
     finally:
         await reader.close()
         await writer.close()

@@ -14,6 +14,7 @@ from support.examples import run_on_fresh_stream
 
 from memstream.client import Memstream
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError
+from memstream.projections.sqlite.store import SqliteCopy
 from memstream.workers.nats_server import NatsServerProcess
 from memstream.workers.rebuild import verify
 
@@ -208,7 +209,7 @@ async def _check(ms: Memstream, models: dict[str, ReferenceSession], database: P
         assert recent.truncated is (len(stats) > 1), name
         assert [c["id"] for c in await session.get_compactions()] == [o[0] for o in model.overlays]
     # And the live read model equals the read model replayed from the log into a scratch DB
-    results = await verify(ms.log, database)
+    results = await verify(ms.log, SqliteCopy(database))
     assert [r.projection for r in results] == ["sessions", "context"]
     assert all(r.ok for r in results), results
 

@@ -1,13 +1,18 @@
-"""Events of every type, as the domain decides them (for tests of the event contract)."""
+"""Events of every type, as the domain decides them (for tests of the event contract), and the
+log records a read-model store applies, encoded as the log holds them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from support.messages import msg
 
 from memstream.domain.context import ContextDocument, SearchIndex, document_id
 from memstream.domain.session import Session
+from memstream.workers.codec import CommandMeta, encode_event
+from memstream.workers.event_log import LogEntry
+from memstream.workers.subjects import subject_for
 
 
 def every_event() -> list[Any]:
@@ -34,3 +39,60 @@ def every_event() -> list[Any]:
     index = SearchIndex.empty("default", "kb")
     events += index.index("k1", "an entry")
     return events
+
+
+def subject_of(event: Any, namespace: str = "default") -> str:
+    """The subject the event's aggregate owns."""
+    if isinstance(event, ContextDocument.Event):
+        return subject_for("ms", namespace, "block", document_id(event.label, event.session_id))
+    if isinstance(event, SearchIndex.Event):
+        return subject_for("ms", namespace, "search", event.key)
+    return subject_for("ms", namespace, "session", event.session_id)
+
+
+class RecordedLog:
+    """Domain events as log records (:class:`LogEntry`), numbered in stream order from 1."""
+
+    def __init__(self, namespace: str = "default") -> None:
+        self.namespace = namespace
+        self.entries: list[LogEntry] = []
+        self._sessions: dict[str, Session] = {}
+        self._documents: dict[str, ContextDocument] = {}
+        self._indexes: dict[str, SearchIndex] = {}
+
+    def record(self, events: Iterable[Any]) -> list[LogEntry]:
+        """Append ``events`` (already decided); returns their records."""
+        added = []
+        for event in events:
+            payload, headers = encode_event(event, CommandMeta(), f"id-{len(self.entries) + 1}")
+            entry = LogEntry(
+                len(self.entries) + 1, subject_of(event, self.namespace), payload, headers
+            )
+            self.entries.append(entry)
+            added.append(entry)
+        return added
+
+    def session(self, session_id: str, decide: Callable[[Session], list[Any]]) -> list[LogEntry]:
+        """Decide a command on session ``session_id`` and record its events."""
+        session = self._sessions.setdefault(session_id, Session.empty(self.namespace, session_id))
+        events = decide(session)
+        for event in events:
+            event.mutate(session)
+        return self.record(events)
+
+    def block(self, label: str, session_id: str | None, content: str) -> list[LogEntry]:
+        """Replace the content of a built-in context block."""
+        key = document_id(label, session_id)
+        document = self._documents.setdefault(key, ContextDocument.empty(self.namespace, key))
+        events = document.replace(content)
+        for event in events:
+            event.mutate(document)
+        return self.record(events)
+
+    def entry(self, key: str, entry_key: str, content: str) -> list[LogEntry]:
+        """Index an entry of search block ``key``."""
+        index = self._indexes.setdefault(key, SearchIndex.empty(self.namespace, key))
+        events = index.index(entry_key, content)
+        for event in events:
+            event.mutate(index)
+        return self.record(events)

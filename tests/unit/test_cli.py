@@ -15,7 +15,7 @@ from memstream import InvalidInputError
 from memstream.cli.app import app
 from memstream.cli.events import parse_time
 from memstream.cli.output import verify_json
-from memstream.projections.sqlite.checksum import Difference
+from memstream.projections.ports import Difference
 from memstream.workers.audit import AuditEvent, EventQuery
 from memstream.workers.rebuild import VerifyResult
 

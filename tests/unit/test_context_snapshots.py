@@ -23,13 +23,14 @@ from support.memory_log import MemoryLog
 
 from memstream.domain.context import ContextDocument, SearchIndex, document_id
 from memstream.domain.errors import MemstreamError
+from memstream.projections.ports import ProjectorStats
+from memstream.projections.sqlite.batches import ContextProjection, apply_batch
 from memstream.projections.sqlite.context_snapshots import (
     SqliteDocumentSnapshots,
     SqliteSearchSnapshots,
 )
 from memstream.projections.sqlite.database import drop_projection, open_database
 from memstream.workers.aggregate_store import AggregateStore
-from memstream.workers.projector import ContextProjection, ProjectorStats, apply_batch
 from memstream.workers.subjects import subject_for
 
 NAMESPACE = "default"

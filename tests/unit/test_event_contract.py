@@ -9,10 +9,9 @@ import re
 from typing import Any
 
 import pytest
-from support.events import every_event
+from support.events import every_event, subject_of
 from support.messages import msg
 
-from memstream.domain.context import ContextDocument, SearchIndex, document_id
 from memstream.domain.messages import encode_message, normalize_message
 from memstream.domain.session import Session
 from memstream.workers import event_contract
@@ -32,18 +31,8 @@ from memstream.workers.codec import (
     event_type,
 )
 from memstream.workers.event_contract import EVENT_TYPES, EventContractError
-from memstream.workers.subjects import subject_for
 
 SUBJECT = "ms.default.session.s"
-
-
-def subject_of(event: Any) -> str:
-    """The subject the event's aggregate owns (namespace "default")."""
-    if isinstance(event, ContextDocument.Event):
-        return subject_for("ms", "default", "block", document_id(event.label, event.session_id))
-    if isinstance(event, SearchIndex.Event):
-        return subject_for("ms", "default", "search", event.key)
-    return subject_for("ms", "default", "session", event.session_id)
 
 
 def test_every_event_type_has_a_stable_dotted_name_and_round_trips() -> None:

@@ -15,7 +15,14 @@ import pytest
 from support.messages import msg
 
 from memstream.domain.session import Session
+from memstream.projections.ports import ProjectorStats
 from memstream.projections.session_writes import project_session_event
+from memstream.projections.sqlite.batches import (
+    BatchMemo,
+    ContextProjection,
+    SessionProjection,
+    apply_batch,
+)
 from memstream.projections.sqlite.checkpointer import Checkpointer, defer_checkpoints
 from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import drop_projection, open_database
@@ -25,13 +32,6 @@ from memstream.projections.sqlite.session_snapshots import SqliteSessionSnapshot
 from memstream.projections.sqlite.session_writer import apply_session_writes
 from memstream.workers.codec import CommandMeta, encode_event
 from memstream.workers.event_log import LogEntry
-from memstream.workers.projector import (
-    BatchMemo,
-    ContextProjection,
-    ProjectorStats,
-    SessionProjection,
-    apply_batch,
-)
 from memstream.workers.subjects import subject_for
 
 NAMESPACE = "default"

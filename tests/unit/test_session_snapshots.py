@@ -24,10 +24,11 @@ from support.messages import msg
 
 from memstream.domain.errors import MemstreamError
 from memstream.domain.session import OMITTED, Session
+from memstream.projections.ports import ProjectorStats
+from memstream.projections.sqlite.batches import SessionProjection, apply_batch
 from memstream.projections.sqlite.database import drop_projection, open_database
 from memstream.projections.sqlite.session_snapshots import SqliteSessionSnapshots
 from memstream.workers.aggregate_store import AggregateStore
-from memstream.workers.projector import ProjectorStats, SessionProjection, apply_batch
 from memstream.workers.subjects import subject_for
 
 NAMESPACE = "default"

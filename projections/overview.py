@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from memstream.projections.sqlite.context_queries import SqliteContextQueries
-from memstream.projections.sqlite.session_queries import SqliteSessionQueries
+from memstream.projections.ports import ContextQueries, SessionQueries
 
 
 def session_overview(
-    sessions: SqliteSessionQueries,
-    context: SqliteContextQueries,
+    sessions: SessionQueries,
+    context: ContextQueries,
     namespace: str,
     session_id: str,
 ) -> dict[str, Any] | None:
-    """The session's :meth:`~SqliteSessionQueries.summary` plus its context block labels,
-    loaded skills and whether its prompt is frozen; ``None`` when neither read model knows it."""
+    """The session's :meth:`~memstream.projections.ports.SessionQueries.summary` plus its
+    context block labels, loaded skills and whether its prompt is frozen; ``None`` when
+    neither read model knows it."""
     summary = sessions.summary(namespace, session_id)
     blocks = context.blocks(namespace, session_id)
     prompt = context.cached_prompt(namespace, session_id)

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, TypeVar, cast
 
-from memstream.projections.sqlite.damage import is_damage
+from memstream.projections.ports import OnDamage
+from memstream.projections.sqlite.damage import damaged, is_damage
 
 T = TypeVar("T")
-OnDamage = Callable[[sqlite3.DatabaseError], NoReturn]
 
 
 class _Guarded:
-    """Calls the methods of a query object, handing SQLite damage errors to ``on_damage``
-    (which raises a :class:`~memstream.domain.errors.ReadModelDamagedError`). Each wrapped
-    method is kept, so a read costs one extra call."""
+    """Calls the methods of a query object, handing SQLite damage errors, as
+    :class:`~memstream.domain.errors.ReadModelDamagedError`, to ``on_damage`` (which raises).
+    Each wrapped method is kept, so a read costs one extra call."""
 
     def __init__(self, target: object, on_damage: OnDamage) -> None:
         self._target = target
@@ -33,7 +32,7 @@ class _Guarded:
             except sqlite3.DatabaseError as error:
                 if not is_damage(error):
                     raise
-                on_damage(error)
+                on_damage(damaged(error))
 
         setattr(self, name, call)
         return call

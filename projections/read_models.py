@@ -1,0 +1,22 @@
+"""The one factory of read models: the backend the settings name."""
+
+from __future__ import annotations
+
+from memstream.domain.errors import InvalidInputError
+from memstream.projections.ports import ReadModelCopy, ReadModelSettings
+from memstream.projections.sqlite.store import SqliteCopy
+
+
+def open_read_models(settings: ReadModelSettings) -> ReadModelCopy:
+    """The read-model copy ``settings`` name: SQLite at ``database_path`` unless a
+    ``database_url`` is given. Opens nothing yet (see :class:`ReadModelCopy`).
+
+    Raises:
+        InvalidInputError: the settings name a backend this version does not support.
+    """
+    if settings.database_url is not None:
+        raise InvalidInputError(
+            "MEMSTREAM_DATABASE_URL (PostgreSQL read models) is not supported yet; "
+            "unset it to use SQLite in the data dir"
+        )
+    return SqliteCopy(settings.database_path)

@@ -1,0 +1,278 @@
+"""The projector's transactions on SQLite: a batch of log records applied by the SQLite
+projections, with their tracking rows, in one transaction.
+
+A redelivered sequence at or below a projection's tracking row is skipped for it. What a batch
+keeps between transactions (:class:`BatchMemo`) stays valid while no other connection writes to
+the file. A failing event is retried with its batch; its last attempt gets a savepoint of its
+own, so that it alone is rolled back and recorded as a dead letter.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from memstream.projections.context_writes import project_context_event
+from memstream.projections.ports import (
+    MAX_ATTEMPTS,
+    PROJECTIONS,
+    LogRecord,
+    ProjectorStats,
+    ReadModelRewound,
+    run_steps,
+)
+from memstream.projections.session_writes import project_session_event
+from memstream.projections.sqlite.checkpointer import Checkpointer
+from memstream.projections.sqlite.context_writer import apply_context_writes
+from memstream.projections.sqlite.damage import damaged, is_damage
+from memstream.projections.sqlite.database import (
+    record_dead_letter,
+    set_tracked_seqs,
+    tracked_seqs,
+)
+from memstream.projections.sqlite.session_writer import SessionRows, apply_session_writes
+
+logger = logging.getLogger(__name__)
+
+
+class Projection(Protocol):
+    """One read model fed by the projector, as SQLite writes it."""
+
+    name: str
+
+    def apply(
+        self, connection: sqlite3.Connection, namespace: str, seq: int, event: object
+    ) -> None:
+        """Write the effects of one event (inside the projector's transaction)."""
+
+    def forget(self) -> None:
+        """Drop what it remembers of the read model from earlier writes (after a rollback, or
+        when another connection may have written to the file)."""
+
+    def before_commit(self, connection: sqlite3.Connection) -> None:
+        """Write what it held back during the transaction (called before it commits, and before
+        an event that gets a savepoint of its own)."""
+
+
+class SessionProjection:
+    """Messages tree, message FTS and compaction overlays."""
+
+    name = "sessions"
+
+    def __init__(self) -> None:
+        self.rows = SessionRows()
+
+    def apply(
+        self, connection: sqlite3.Connection, namespace: str, seq: int, event: object
+    ) -> None:
+        apply_session_writes(connection, project_session_event(namespace, seq, event), self.rows)
+
+    def forget(self) -> None:
+        self.rows.forget()
+
+    def before_commit(self, connection: sqlite3.Connection) -> None:
+        self.rows.flush(connection)  # see SessionRows: e.g. one FTS5 segment per batch
+
+
+class ContextProjection:
+    """Built-in context blocks, cached prompts, loaded skills, search entries and their FTS."""
+
+    name = "context"
+
+    def apply(
+        self, connection: sqlite3.Connection, namespace: str, seq: int, event: object
+    ) -> None:
+        apply_context_writes(connection, project_context_event(namespace, seq, event))
+
+    def forget(self) -> None:
+        pass  # it remembers nothing between events
+
+    def before_commit(self, connection: sqlite3.Connection) -> None:
+        pass  # it holds nothing back
+
+
+_PROJECTION_TYPES: dict[str, type[SessionProjection] | type[ContextProjection]] = {
+    "sessions": SessionProjection,
+    "context": ContextProjection,
+}
+
+
+def default_projections(names: Sequence[str] = PROJECTIONS) -> list[Projection]:
+    """The SQLite projections named (by default those the ``projector`` worker maintains)."""
+    return [_PROJECTION_TYPES[name]() for name in names]
+
+
+@dataclass
+class BatchMemo:
+    """What a projector keeps between its transactions: the positions it committed last. They
+    (and what its projections remember, see :meth:`Projection.forget`) stay valid while no other
+    connection writes to the file, which ``PRAGMA data_version`` tells: it changes on a
+    connection when another one has committed since (a rebuild, a second writer)."""
+
+    connection: sqlite3.Connection | None = None
+    version: int = -1
+    positions: dict[str, int] | None = None
+
+
+def _begin_positions(
+    connection: sqlite3.Connection, projections: Sequence[Projection], memo: BatchMemo | None
+) -> dict[str, int]:
+    """The projections' positions at the start of a batch (inside its transaction)."""
+    if memo is not None:
+        version = int(connection.execute("PRAGMA data_version").fetchone()[0])
+        if memo.connection is connection and memo.version == version and memo.positions:
+            return dict(memo.positions)
+        memo.connection, memo.version, memo.positions = connection, version, None
+    for projection in projections:
+        projection.forget()
+    return tracked_seqs(connection, [p.name for p in projections])
+
+
+def apply_batch(
+    connection: sqlite3.Connection,
+    projections: Sequence[Projection],
+    entries: Sequence[LogRecord],
+    stats: ProjectorStats,
+    *,
+    committed: int | None = None,
+    memo: BatchMemo | None = None,
+) -> int:
+    """Apply entries in one transaction; return the highest sequence now tracked.
+
+    :func:`batch_steps` driven to its end, without pausing; see there.
+    """
+    steps = batch_steps(connection, projections, entries, stats, committed=committed, memo=memo)
+    return run_steps(steps)
+
+
+def batch_steps(
+    connection: sqlite3.Connection,
+    projections: Sequence[Projection],
+    entries: Sequence[LogRecord],
+    stats: ProjectorStats,
+    *,
+    committed: int | None = None,
+    memo: BatchMemo | None = None,
+    checkpointer: Checkpointer | None = None,
+) -> Generator[None, None, int]:
+    """Apply entries in one transaction, pausing (``yield``) after each event, and commit;
+    the generator returns the highest sequence now tracked. Closing it before its end rolls the
+    transaction back.
+
+    ``committed`` is the lowest position the caller knows it committed before. When the read
+    model is behind it inside this transaction (another process dropped it to rebuild it),
+    nothing is written and :class:`ReadModelRewound` is raised: applying the batch would mark
+    everything before it as done in the emptied model.
+
+    A failing event is retried by the caller (the transaction rolls back); after
+    ``MAX_ATTEMPTS`` failures, or at once when it cannot be decoded, it is recorded as a dead
+    letter and passed over. Raises on failures that should be retried, and
+    :class:`~memstream.domain.errors.ReadModelDamagedError` when the file is damaged.
+    ``stats`` counts only what a committed transaction did (``attempts`` survives rollbacks:
+    it is the retry count).
+
+    ``memo`` (the projector's own, across its batches): see :class:`BatchMemo`.
+    ``checkpointer`` hears of the commit.
+    """
+    done = ProjectorStats(attempts=stats.attempts)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            positions = _begin_positions(connection, projections, memo)
+            if committed is not None and positions and min(positions.values()) < committed:
+                raise ReadModelRewound(
+                    f"read model at {min(positions.values())}, was at {committed}"
+                )
+            for entry in entries:
+                pending = [p for p in projections if entry.seq > positions[p.name]]
+                if not pending:
+                    done.skipped += 1
+                    continue
+                try:
+                    event = entry.decode()
+                except Exception as error:
+                    for projection in pending:
+                        _dead_letter(connection, projection.name, entry, error, 1, done)
+                        positions[projection.name] = entry.seq
+                    continue
+                applied = False
+                for projection in pending:
+                    # Only an event that failed before gets a savepoint (so that its last
+                    # attempt can be rolled back alone and dead-lettered): a savepoint per event
+                    # would make FTS5 flush a segment per event, several times slower than
+                    # batched inserts.
+                    isolated = entry.seq in stats.attempts
+                    if isolated:
+                        projection.before_commit(connection)  # nothing held back across it
+                        connection.execute("SAVEPOINT event")
+                    try:
+                        projection.apply(connection, entry.namespace(), entry.seq, event)
+                    except sqlite3.OperationalError:
+                        raise  # locked/busy/disk: transient, retry the whole batch
+                    except Exception as error:
+                        if is_damage(error):
+                            raise  # the file's fault, not the event's: the caller replaces it
+                        attempts = stats.attempts.get(entry.seq, 0) + 1
+                        stats.attempts[entry.seq] = attempts
+                        if attempts < MAX_ATTEMPTS or not isolated:
+                            raise  # the whole batch rolls back and is retried
+                        connection.execute("ROLLBACK TO event")
+                        connection.execute("RELEASE event")
+                        for forgetful in projections:
+                            forgetful.forget()  # it may remember rows of the event rolled back
+                        _dead_letter(connection, projection.name, entry, error, attempts, done)
+                    else:
+                        if isolated:
+                            connection.execute("RELEASE event")
+                        applied = True
+                    positions[projection.name] = entry.seq
+                done.applied += applied
+                yield
+            for projection in projections:
+                projection.before_commit(connection)
+            set_tracked_seqs(connection, positions)
+            connection.execute("COMMIT")
+        except BaseException:
+            if memo is not None:
+                memo.positions = None
+            for projection in projections:
+                projection.forget()
+            connection.execute("ROLLBACK")
+            raise
+    except sqlite3.DatabaseError as error:
+        if is_damage(error):
+            raise damaged(error) from error
+        raise
+    if checkpointer is not None:
+        checkpointer.committed()
+    if memo is not None:
+        memo.positions = dict(positions)
+    stats.batches += 1
+    stats.applied += done.applied
+    stats.skipped += done.skipped
+    stats.dead_lettered += done.dead_lettered
+    return min(positions.values()) if positions else 0
+
+
+def _dead_letter(
+    connection: sqlite3.Connection,
+    projection: str,
+    entry: LogRecord,
+    error: BaseException,
+    attempts: int,
+    stats: ProjectorStats,
+) -> None:
+    logger.error("dead letter: %s seq %d on %s: %r", projection, entry.seq, entry.subject, error)
+    record_dead_letter(
+        connection,
+        projection,
+        entry.seq,
+        entry.subject,
+        entry.event_type(),
+        repr(error),
+        attempts,
+    )
+    stats.dead_lettered += 1

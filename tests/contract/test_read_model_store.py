@@ -1,0 +1,347 @@
+"""The read-model ports' contract: what every backend's store and read side must do, through
+plain values only (log records in; dicts, messages and positions out).
+
+:class:`ReadModelStoreContract` is not collected itself (no ``Test`` prefix): each backend
+subclasses it and says how to make a fresh copy (:meth:`ReadModelStoreContract.new_copy`).
+SQLite's subclass is here; PostgreSQL's comes with its adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+from support.events import RecordedLog, every_event
+from support.messages import ids, msg
+
+from memstream.domain.errors import InvalidInputError, ReadModelDamagedError
+from memstream.projections.ports import (
+    MAX_ATTEMPTS,
+    PROJECTIONS,
+    ProjectorStats,
+    ReadModelCopy,
+    ReadModelRewound,
+    ReadModels,
+    ReadModelStore,
+)
+from memstream.projections.read_models import open_read_models
+from memstream.projections.sqlite.store import SqliteCopy
+from memstream.settings import Settings
+from memstream.workers.event_log import LogEntry
+
+NS = "default"
+
+
+def _raise(error: ReadModelDamagedError) -> NoReturn:
+    raise error
+
+
+class _Unappliable(LogEntry):
+    """A record that decodes, but whose application fails (its namespace cannot be read)."""
+
+    def namespace(self) -> str:
+        raise RuntimeError("no namespace for this record")
+
+
+class _Undecodable(LogEntry):
+    """A record whose payload cannot be decoded."""
+
+    def decode(self) -> object:
+        raise ValueError("not an event")
+
+
+def _conversation(log: RecordedLog, session_id: str = "s", count: int = 3) -> list[LogEntry]:
+    entries: list[LogEntry] = []
+    for i in range(1, count + 1):
+        entries += log.session(session_id, lambda s, i=i: s.append_message(msg(f"m{i}")))
+    return entries
+
+
+def _failing_third() -> list[LogEntry]:
+    """Four appends to session "s" whose third (m3) cannot be applied."""
+    entries = _conversation(RecordedLog(), count=4)
+    return [*entries[:2], _Unappliable(*_fields(entries[2:3])), entries[3]]
+
+
+class ReadModelStoreContract:
+    """The contract of :class:`ReadModelStore`, :class:`ReadModels` and :class:`ReadModelCopy`."""
+
+    def new_copy(self, tmp_path: Path) -> ReadModelCopy:
+        """A new, empty read-model copy of the backend under test."""
+        raise NotImplementedError
+
+    @pytest.fixture
+    def copy(self, tmp_path: Path) -> ReadModelCopy:
+        return self.new_copy(tmp_path)
+
+    @pytest.fixture
+    def store(self, copy: ReadModelCopy) -> Iterator[ReadModelStore]:
+        store = copy.store()
+        try:
+            yield store
+        finally:
+            store.close()
+
+    @pytest.fixture
+    def reader(self, copy: ReadModelCopy, store: ReadModelStore) -> Iterator[ReadModels]:
+        reader = copy.reader(on_damage=_raise)
+        try:
+            yield reader
+        finally:
+            reader.close()
+
+    # -- batches and positions -------------------------------------------------------------
+
+    def test_a_new_store_is_at_zero_for_every_projection(self, store: ReadModelStore) -> None:
+        assert list(store.projections) == list(PROJECTIONS)
+        assert store.positions() == dict.fromkeys(PROJECTIONS, 0)
+        assert not store.fresh
+
+    def test_a_batch_is_applied_with_its_positions_in_one_commit(
+        self, store: ReadModelStore, reader: ReadModels
+    ) -> None:
+        log = RecordedLog()
+        entries = _conversation(log)
+        stats = ProjectorStats()
+        assert store.apply(entries, stats) == 3
+        assert store.positions() == dict.fromkeys(PROJECTIONS, 3)
+        assert (stats.batches, stats.applied, stats.skipped) == (1, 3, 0)
+        assert ids(reader.sessions.history(NS, "s")) == ["m1", "m2", "m3"]
+        assert [reader.tracked_seq(p) for p in PROJECTIONS] == [3, 3]
+
+    def test_every_event_type_is_applied(self, store: ReadModelStore, reader: ReadModels) -> None:
+        log = RecordedLog()
+        entries = log.record(every_event())
+        assert store.apply(entries, ProjectorStats()) == len(entries)
+        assert reader.sessions.history(NS, "s") == []  # the last session event clears it
+        assert reader.context.cached_prompt(NS, "s") == "the prompt"
+        assert reader.context.loaded_skills(NS, "s") == []  # loaded, then unloaded
+        assert reader.context.block_content(NS, "notes", "s") == "some notes"
+        assert reader.context.entry_count(NS, "kb") == 1
+        assert reader.context.search_entries(NS, "kb", "entry", 5) == [("k1", "an entry")]
+        assert store.dead_letters() == []
+
+    def test_reapplying_seen_sequences_is_idempotent(
+        self, copy: ReadModelCopy, store: ReadModelStore
+    ) -> None:
+        log = RecordedLog()
+        entries = _conversation(log, count=6)
+        stats = ProjectorStats()
+        assert store.apply(entries[:4], stats) == 4
+        committed = {p: store.checksum(p) for p in PROJECTIONS}
+        # a redelivery of the same batch is skipped whole
+        assert store.apply(entries[:4], stats) == 4
+        assert {p: store.checksum(p) for p in PROJECTIONS} == committed
+        assert (stats.applied, stats.skipped) == (4, 4)
+        # a batch overlapping what is committed applies only what is new
+        assert store.apply(entries[2:], stats) == 6
+        assert (stats.applied, stats.skipped) == (6, 6)
+        # and the result is what applying every record once builds
+        once = copy.scratch()
+        try:
+            assert once.apply(entries, ProjectorStats()) == 6
+            for projection in PROJECTIONS:
+                assert store.checksum(projection) == once.checksum(projection)
+                assert store.first_difference(once, projection) is None
+        finally:
+            once.close()
+
+    def test_a_failing_batch_leaves_no_rows_and_no_position(
+        self, store: ReadModelStore, reader: ReadModels
+    ) -> None:
+        batch = _failing_third()
+        stats = ProjectorStats()
+        with pytest.raises(RuntimeError):
+            store.apply(batch, stats)
+        assert store.positions() == dict.fromkeys(PROJECTIONS, 0)
+        assert reader.sessions.history(NS, "s") == []
+        assert stats.batches == 0
+        assert stats.attempts == {3: 1}
+
+    def test_an_event_failing_every_attempt_becomes_a_dead_letter(
+        self, store: ReadModelStore, reader: ReadModels
+    ) -> None:
+        batch = _failing_third()
+        stats = ProjectorStats()
+        for _ in range(MAX_ATTEMPTS - 1):
+            with pytest.raises(RuntimeError):
+                store.apply(batch, stats)
+        assert store.apply(batch, stats) == 4
+        assert store.positions() == dict.fromkeys(PROJECTIONS, 4)
+        assert ids(reader.sessions.history(NS, "s", "m4")) == ["m4"]  # its parent was m3
+        letters = store.dead_letters()
+        assert [(d["projection"], d["seq"]) for d in letters] == [("context", 3), ("sessions", 3)]
+        assert {d["topic"] for d in letters} == {"session.message_appended"}
+        assert reader.dead_letters() == letters
+        assert stats.dead_lettered == 2
+
+    def test_an_undecodable_record_is_a_dead_letter_at_once(
+        self, store: ReadModelStore, reader: ReadModels
+    ) -> None:
+        log = RecordedLog()
+        entries = _conversation(log, count=3)
+        broken = _Undecodable(*_fields(entries[1:2]))
+        stats = ProjectorStats()
+        assert store.apply([entries[0], broken, entries[2]], stats) == 3
+        assert reader.sessions.message(NS, "s", "m2") is None
+        assert reader.sessions.message(NS, "s", "m3") == msg("m3")
+        assert [d["seq"] for d in store.dead_letters()] == [2, 2]
+        assert (stats.applied, stats.dead_lettered) == (2, 2)
+
+    def test_closing_the_steps_of_a_batch_rolls_it_back(
+        self, store: ReadModelStore, reader: ReadModels
+    ) -> None:
+        log = RecordedLog()
+        entries = _conversation(log, count=3)
+        steps = store.steps(entries, ProjectorStats())
+        next(steps)
+        next(steps)
+        steps.close()
+        assert store.positions() == dict.fromkeys(PROJECTIONS, 0)
+        assert reader.sessions.history(NS, "s") == []
+        assert store.apply(entries, ProjectorStats()) == 3  # and the store is usable again
+
+    def test_a_batch_after_the_read_model_was_dropped_writes_nothing(
+        self, store: ReadModelStore
+    ) -> None:
+        log = RecordedLog()
+        entries = _conversation(log, count=5)
+        stats = ProjectorStats()
+        assert store.apply(entries[:3], stats) == 3
+        store.drop("sessions")
+        emptied = store.checksum("sessions")
+        with pytest.raises(ReadModelRewound):
+            store.apply(entries[3:], stats, committed=3)
+        assert store.positions() == {"sessions": 0, "context": 3}
+        assert store.checksum("sessions") == emptied
+        assert store.apply(entries, stats) == 5
+
+    def test_checksums_tell_different_content_apart(self, copy: ReadModelCopy) -> None:
+        log = RecordedLog()
+        entries = _conversation(log, count=3)
+        live, other = copy.scratch(), copy.scratch()
+        try:
+            live.apply(entries, ProjectorStats())
+            other.apply(entries[:2], ProjectorStats())
+            assert live.checksum("sessions") != other.checksum("sessions")
+            difference = live.first_difference(other, "sessions")
+            assert difference is not None
+            assert difference.live != difference.rebuilt
+        finally:
+            live.close()
+            other.close()
+
+    def test_renewing_a_damaged_copy_starts_an_empty_one_that_readers_notice(
+        self, store: ReadModelStore, reader: ReadModels
+    ) -> None:
+        log = RecordedLog()
+        store.apply(_conversation(log), ProjectorStats())
+        old = store.copy_id()
+        assert store.renewable
+        store.renew("damaged, says the test")
+        assert store.positions() == dict.fromkeys(PROJECTIONS, 0)
+        assert store.copy_id() != old
+        assert reader.replaced()
+        assert store.apply(log.entries, ProjectorStats()) == 3
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def test_history_paths_branches_and_leaves(
+        self, store: ReadModelStore, reader: ReadModels
+    ) -> None:
+        log = RecordedLog()
+        entries = _conversation(log, count=3)
+        entries += log.session("s", lambda s: s.append_message(msg("b1"), "m1"))
+        entries += log.session("s", lambda s: s.add_compaction("early part", "m1", "m2"))
+        store.apply(entries, ProjectorStats())
+        queries = reader.sessions
+        assert ids(queries.history(NS, "s", "m3")) == [
+            "compaction_" + _only_compaction(reader),
+            "m3",
+        ]
+        assert ids(queries.history(NS, "s", "b1")) == ["m1", "b1"]
+        assert ids(queries.branches(NS, "s", "m1")) == ["m2", "b1"]
+        assert queries.path_length(NS, "s", "m3") == 3
+        assert queries.path_length(NS, "s") == 2  # the latest leaf is b1
+        latest = queries.latest_leaf(NS, "s")
+        assert latest is not None
+        assert latest["id"] == "b1"
+        message = queries.message(NS, "s", "m2")
+        assert message == msg("m2")
+        assert queries.message(NS, "s", "nope") is None
+        assert queries.message_count(NS, "s") == 4
+        assert queries.history(NS, "other") == []
+
+    def test_search_finds_words_in_one_session_or_all(
+        self, store: ReadModelStore, reader: ReadModels
+    ) -> None:
+        log = RecordedLog()
+        entries = log.session("a", lambda s: s.append_message(msg("a1", "cats purr happily")))
+        entries += log.session("b", lambda s: s.append_message(msg("b1", "the cat sleeps")))
+        entries += log.session("b", lambda s: s.append_message(msg("b2", "dogs bark")))
+        store.apply(entries, ProjectorStats())
+        hits = reader.sessions.search(NS, "b", "cat", 10)
+        assert [h["id"] for h in hits] == ["b1"]
+        assert {h["id"] for h in reader.sessions.search(NS, None, "cat", 10)} == {"a1", "b1"}
+        assert reader.sessions.search(NS, "b", "elephant", 10) == []
+        assert reader.sessions.search("elsewhere", None, "cat", 10) == []
+
+    def test_context_reads(self, store: ReadModelStore, reader: ReadModels) -> None:
+        log = RecordedLog()
+        entries = log.block("memory", "s", "likes tea")
+        entries += log.block("soul", None, "be kind")
+        entries += log.session("s", lambda s: s.freeze_system_prompt("frozen"))
+        entries += log.session("s", lambda s: s.load_skill("docs", "pirate"))
+        entries += log.entry("kb", "k1", "Cats are independent animals")
+        entries += log.entry("kb", "k2", "Dogs are loyal animals")
+        store.apply(entries, ProjectorStats())
+        context = reader.context
+        assert context.block_content(NS, "memory", "s") == "likes tea"
+        assert context.block_content(NS, "memory", "t") is None
+        assert [b["label"] for b in context.blocks(NS)] == ["soul", "memory"]
+        assert [b["label"] for b in context.blocks(NS, "s")] == ["memory"]
+        assert context.cached_prompt(NS, "s") == "frozen"
+        assert context.loaded_skills(NS, "s") == ["docs:pirate"]
+        assert context.entry_count(NS, "kb") == 2
+        assert [k for k, _ in context.search_entries(NS, "kb", "loyal", 5)] == ["k2"]
+
+    def test_the_reader_and_the_store_see_one_copy(
+        self, copy: ReadModelCopy, store: ReadModelStore, reader: ReadModels
+    ) -> None:
+        assert reader.copy_id() == store.copy_id()
+        assert reader.identity == store.identity
+        assert not reader.replaced()
+        assert not store.replaced()
+        assert copy.exists()
+
+
+def _fields(entries: list[LogEntry]) -> tuple[Any, ...]:
+    """The fields of the one record in ``entries``, to build a record of another kind from."""
+    (entry,) = entries
+    return (entry.seq, entry.subject, entry.payload, entry.headers)
+
+
+def _only_compaction(reader: ReadModels) -> str:
+    (compaction,) = reader.sessions.compactions(NS, "s")
+    return compaction.id
+
+
+class TestSqliteReadModelStore(ReadModelStoreContract):
+    """The contract, on a SQLite file."""
+
+    def new_copy(self, tmp_path: Path) -> ReadModelCopy:
+        return SqliteCopy(tmp_path / "memstream.db")
+
+
+def test_the_factory_picks_sqlite_in_the_data_dir_unless_a_database_url_is_given(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(data_dir=tmp_path)
+    copy = open_read_models(settings)
+    assert isinstance(copy, SqliteCopy)
+    assert copy.location == str(settings.database_path)
+    assert not copy.exists()  # nothing is opened yet
+    with pytest.raises(InvalidInputError, match="MEMSTREAM_DATABASE_URL"):
+        open_read_models(settings.with_(database_url="postgresql://db/ms"))
