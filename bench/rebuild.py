@@ -37,7 +37,7 @@ _RAW_SCHEMA = """
 CREATE TABLE raw_messages (
     seq INTEGER PRIMARY KEY, subject TEXT, id TEXT, parent_id TEXT, content TEXT
 );
-CREATE VIRTUAL TABLE raw_fts USING fts5(text, tokenize = 'porter unicode61');
+CREATE VIRTUAL TABLE raw_fts USING fts5(text, content = '', tokenize = 'porter unicode61');
 CREATE TABLE raw_tracking (seq INTEGER NOT NULL);
 INSERT INTO raw_tracking VALUES (0);
 """
@@ -45,7 +45,8 @@ INSERT INTO raw_tracking VALUES (0);
 
 async def raw_rebuild(client: Client, stream: str, database: Path, until: int, durable: str) -> int:
     """The baseline: a durable pull consumer feeding batched ``executemany`` inserts of the
-    message rows and their FTS5 text, one transaction and one ack per fetched batch."""
+    message rows and their FTS5 text (contentless, as ours), one transaction and one ack per
+    fetched batch."""
     connection = sqlite3.connect(database, isolation_level=None)
     connection.execute("PRAGMA journal_mode = WAL")
     connection.execute("PRAGMA synchronous = NORMAL")
