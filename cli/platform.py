@@ -17,6 +17,7 @@ from memstream.cli.context import (
 from memstream.cli.demo import run_demo
 from memstream.cli.output import note, show_demo, show_platform
 from memstream.domain.redaction import redact_url
+from memstream.projections.ports import REGISTRY, parse_projections
 from memstream.projections.read_models import open_read_models
 from memstream.workers.apps import create_app, nats_security, require_worker
 from memstream.workers.data_dir import prepare_data_dir, private_database
@@ -84,17 +85,31 @@ def worker(
             "(0: commit what each fetch returns at once).",
         ),
     ] = DEFAULT_LINGER,
+    projections: Annotated[
+        str | None,
+        typer.Option(
+            "--projections",
+            help="Comma-separated projections to run (default: all): "
+            + ", ".join(f"{spec.name} ({spec.holds})" for spec in REGISTRY)
+            + ". Projectors of other projections of the same data dir may run beside it, each "
+            "with its own consumer.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run a worker in its own process (a FastStream app) until SIGTERM or Ctrl-C.
 
     Connects to MEMSTREAM_NATS_URL, or else to the data dir's embedded server, started here if
     none runs. The read models go to the SQLite database in the data dir (one read-model copy:
-    a second projector for it is refused; run one per data dir, host or database).
+    a second projector of a projection it runs is refused; run one per data dir, host or
+    database, or one per set of projections).
 
     Example: MEMSTREAM_NATS_URL=nats://10.0.0.5:4222 memstream worker projector
+    --projections sessions
     """
     settings = settings_of(ctx)
     require_worker(name)
+    selected = tuple(parse_projections("--projections", projections))
     if not 0 <= linger <= MAX_LINGER:
         raise InvalidInputError(f"--linger is {linger:g}; it must be 0 to {MAX_LINGER:g} seconds")
     runtime: EmbeddedRuntime | None = None
@@ -113,13 +128,14 @@ def worker(
         prepare_data_dir(settings.data_dir)
     try:
         # One read-model copy has one projector: refuse now, in one line, if one runs.
-        lock = claim_copy(open_read_models(settings))
+        lock = claim_copy(open_read_models(settings), selected)
         configure_logging()
         config = WorkerConfig(
             nats_url=url,
             stream=settings.stream,
             database=private_database(settings.database_path),
             linger=linger,
+            projections=selected,
         )
         security = (
             nats_security(token=runtime.token)  # the embedded server takes its data dir's token

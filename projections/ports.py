@@ -33,8 +33,30 @@ from memstream.projections.recent_history import RecentHistory
 
 A = TypeVar("A", bound=Aggregate)
 
-# The projections the ``projector`` worker maintains, in the order it applies them.
-PROJECTIONS: tuple[str, ...] = ("sessions", "context")
+
+@dataclass(frozen=True, slots=True)
+class ProjectionSpec:
+    """A projection of the registry: its name (its tracking row, its tables, its place in a
+    consumer's name), its version and what it holds.
+
+    A read-model copy keeps each projection's version with its tracking row. A projector that
+    finds another version there (the code that writes it changed what it writes) empties the
+    projection and projects it again from the log, alone: the others keep their rows.
+    """
+
+    name: str
+    version: int
+    holds: str
+
+
+# Every projection, in the order a projector that runs several applies them.
+REGISTRY: tuple[ProjectionSpec, ...] = (
+    ProjectionSpec("sessions", 1, "messages tree, message search, compaction overlays"),
+    ProjectionSpec("context", 1, "context blocks, cached prompts, loaded skills, search entries"),
+)
+# Their names, in that order: what a projector runs unless told otherwise.
+PROJECTIONS: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)
+VERSIONS: dict[str, int] = {spec.name: spec.version for spec in REGISTRY}
 # A failing event is retried with its batch; after this many failures it is a dead letter.
 MAX_ATTEMPTS = 5
 REBUILD_HINT = "run `memstream projections rebuild` to move it aside and rebuild it from the log"
@@ -127,7 +149,22 @@ def select_projections(names: Sequence[str] | None) -> list[str]:
         raise InvalidInputError(
             f"unknown projection {unknown[0]!r}; known: {', '.join(sorted(PROJECTIONS))}"
         )
-    return list(names)
+    # In registry order, once each: the order a projector applies them in.
+    return [name for name in PROJECTIONS if name in names]
+
+
+def parse_projections(option: str, text: str | None) -> list[str]:
+    """A comma-separated list of projection names (``sessions,context``), checked; all of them
+    for ``None`` or an empty text.
+
+    Raises:
+        InvalidInputError: an unknown projection name (named with ``option``).
+    """
+    names = [name.strip() for name in (text or "").split(",") if name.strip()]
+    try:
+        return select_projections(names)
+    except InvalidInputError as error:
+        raise InvalidInputError(f"{option}: {error}") from None
 
 
 # -- the read side ---------------------------------------------------------------------------
@@ -341,7 +378,7 @@ class ReadModelStore(Protocol):
 
 
 class CopyLock(Protocol):
-    """The single-projector lock of one read-model copy."""
+    """The projector locks of some projections of one read-model copy."""
 
     @property
     def held(self) -> bool: ...
@@ -394,11 +431,12 @@ class ReadModelCopy(Protocol):
     def scratch(self, projections: Sequence[str] = PROJECTIONS) -> ReadModelStore:
         """A new, empty, temporary store of the same kind (gone when closed), e.g. to verify."""
 
-    def claim(self) -> CopyLock:
-        """Take the copy's single-projector lock for a projector this process runs.
+    def claim(self, projections: Sequence[str] = PROJECTIONS) -> CopyLock:
+        """Take the projector locks of ``projections`` of the copy (one projector per
+        projection of a copy) for a projector this process runs: all or none.
 
         Raises:
-            ProjectorRunningError: another projector runs for this copy.
+            ProjectorRunningError: another projector runs one of them for this copy.
             UnavailableError: it cannot be opened.
         """
 

@@ -59,6 +59,7 @@ class ProjectorService:
         self.worker = ProjectorWorker.open(
             log,
             open_read_models(self.config),
+            self.config.projections,
             lock=self._lock,
             batch_size=self.config.batch_size,
             demand=Demand(),
@@ -67,10 +68,11 @@ class ProjectorService:
         self._lock = None  # the worker owns it now
         self.worker.start()
         logger.info(
-            "projector: stream %s -> %s (copy %s, consumer %s, from sequence %d, "
-            "lingering up to %g s)",
+            "projector: stream %s -> %s (projections %s, copy %s, consumer %s, "
+            "from sequence %d, lingering up to %g s)",
             self.config.stream,
             self.config.database,
+            ",".join(self.config.projections),
             self.worker.copy_id,
             self.worker.durable,
             self.worker.start_position(),

@@ -26,6 +26,7 @@ from nats.js import api
 
 from memstream.domain.errors import MemstreamError, ReadModelDamagedError
 from memstream.projections.ports import (
+    PROJECTIONS,
     CopyLock,
     ProjectorStats,
     ReadModelCopy,
@@ -69,20 +70,27 @@ RENEW_RETRY = 5.0
 PROJECTOR_CONSUMER_PREFIX = "projector-"
 
 
-def projector_consumer(copy: str) -> str:
-    """The durable consumer name of the projector of read-model copy ``copy``."""
-    return f"{PROJECTOR_CONSUMER_PREFIX}{copy}"
+def projector_consumer(copy: str, projections: Sequence[str] = PROJECTIONS) -> str:
+    """The durable consumer name of a projector of ``projections`` in read-model copy ``copy``:
+    ``projector-<copy>`` for all of them, else ``projector-<copy>-<name>[-<name>...]``. Each
+    projector has its own: projectors of other projections of the copy (a slow one) never hold
+    it up."""
+    names = [name for name in PROJECTIONS if name in projections]
+    if names == list(PROJECTIONS):
+        return f"{PROJECTOR_CONSUMER_PREFIX}{copy}"
+    return f"{PROJECTOR_CONSUMER_PREFIX}{copy}-{'-'.join(names)}"
 
 
-def claim_copy(copy: ReadModelCopy) -> CopyLock:
-    """Take the single-projector lock of the read-model copy ``copy`` (creating it if new),
-    for a projector this process is about to run.
+def claim_copy(copy: ReadModelCopy, projections: Sequence[str] = PROJECTIONS) -> CopyLock:
+    """Take the projector locks of ``projections`` of the read-model copy ``copy`` (creating
+    it if new), for a projector this process is about to run.
 
     Raises:
-        ProjectorRunningError: another projector runs for this copy (the message names it).
+        ProjectorRunningError: another projector runs one of them for this copy (the message
+            names it).
         UnavailableError: the copy cannot be opened.
     """
-    return copy.claim()
+    return copy.claim(projections)
 
 
 class ProjectorWorker:
@@ -110,7 +118,7 @@ class ProjectorWorker:
     ) -> None:
         self.log = log
         self.store = store
-        self.durable = durable or projector_consumer(store.copy_id())
+        self.durable = durable or projector_consumer(store.copy_id(), store.projections)
         self._named_by_copy = durable is None
         self.lock = lock
         self.batch_size = batch_size
@@ -137,17 +145,24 @@ class ProjectorWorker:
         self._closed = False
 
     @classmethod
-    def open(cls, log: EventLog, copy: ReadModelCopy, **options: Any) -> ProjectorWorker:
-        """A projector for the read-model copy in ``database``, holding the copy's lock until
-        :meth:`close` (or until this process dies).
+    def open(
+        cls,
+        log: EventLog,
+        copy: ReadModelCopy,
+        projections: Sequence[str] = PROJECTIONS,
+        **options: Any,
+    ) -> ProjectorWorker:
+        """A projector of ``projections`` (registry names) for the read-model copy ``copy``,
+        holding their locks until :meth:`close` (or until this process dies). A projection
+        whose rows another version of it wrote starts over from the log.
 
         Raises:
-            ProjectorRunningError: another projector runs for this copy.
+            ProjectorRunningError: another projector runs one of them for this copy.
             UnavailableError: the database cannot be opened.
         """
-        lock = options.pop("lock", None) or claim_copy(copy)
+        lock = options.pop("lock", None) or claim_copy(copy, projections)
         try:
-            store = copy.store(long_lived=True)  # moves a damaged one aside
+            store = copy.store(projections, long_lived=True)  # moves a damaged one aside
         except BaseException:
             lock.release()
             raise
@@ -266,7 +281,7 @@ class ProjectorWorker:
         under the new copy's name, and delete the old copy's consumer (nothing reads it now)."""
         if not self._named_by_copy:
             return
-        durable = projector_consumer(self.store.copy_id())
+        durable = projector_consumer(self.store.copy_id(), self.store.projections)
         if durable == self.durable:
             return
         old, self.durable = self.durable, durable

@@ -119,8 +119,10 @@ async def consumer_statuses(log: EventLog) -> list[ConsumerStatus]:
     return sorted(consumers, key=lambda c: (not c.durable, c.name))
 
 
-# The durable consumers of a read-model copy: ``<worker>-<copy id>`` (see projector_consumer).
-_COPY_CONSUMER = re.compile(r"(?P<worker>[a-z]+)-(?P<copy>[0-9a-f]{12})")
+# The durable consumers of a read-model copy: ``<worker>-<copy id>``, or with the projections
+# it runs when not all of them, ``<worker>-<copy id>-<name>[-<name>...]`` (see
+# projector_consumer).
+_COPY_CONSUMER = re.compile(r"(?P<worker>[a-z]+)-(?P<copy>[0-9a-f]{12})(?:-[a-z_]+)*")
 
 
 def copy_of(consumer: str) -> str | None:

@@ -1,7 +1,8 @@
-"""This read-model copy: the id kept inside its database, and the lock its one projector holds.
+"""This read-model copy: the id kept inside its database, and the locks its projectors hold.
 
-A copy (one SQLite file) is projected by exactly one projector at a time. The lock is an
-``flock`` on a file beside the database, held for the projector's life: the kernel releases it
+Each projection of a copy (one SQLite file) is projected by exactly one projector at a time;
+projectors of disjoint sets of projections run side by side. A lock is an ``flock`` on a file
+beside the database, one per projection, held for the projector's life: the kernel releases it
 when the process dies, SIGKILL included, so a crashed projector never blocks its successor.
 """
 
@@ -14,11 +15,13 @@ import os
 import socket
 import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from memstream.domain.errors import ProjectorRunningError
+from memstream.projections.ports import PROJECTIONS
 
 
 def copy_id(connection: sqlite3.Connection) -> str:
@@ -27,70 +30,93 @@ def copy_id(connection: sqlite3.Connection) -> str:
     return str(row[0])
 
 
-def lock_path(database: Path) -> Path:
-    """Where the projector lock of the copy in ``database`` lives."""
-    return database.with_name(database.name + ".projector.lock")
+def lock_path(database: Path, projection: str) -> Path:
+    """Where the projector lock of ``projection`` in the copy in ``database`` lives."""
+    return database.with_name(f"{database.name}.projector-{projection}.lock")
 
 
 @dataclass
 class ProjectorLock:
-    """The single-projector lock of one read-model copy; :meth:`release` or process exit frees
-    it."""
+    """The projector locks of some projections of one read-model copy (one per projection:
+    projectors of disjoint sets of projections run side by side); :meth:`release` or process
+    exit frees them."""
 
-    path: Path
-    _file: IO[str] | None
+    paths: list[Path]
+    _files: list[IO[str]] | None
 
     @classmethod
-    def acquire(cls, database: Path, copy: str) -> ProjectorLock:
-        """Take the lock of the copy in ``database`` (whose id is ``copy``) for this process.
+    def acquire(
+        cls, database: Path, copy: str, projections: Sequence[str] = PROJECTIONS
+    ) -> ProjectorLock:
+        """Take the locks of ``projections`` of the copy in ``database`` (whose id is ``copy``)
+        for this process: all or none.
 
         Raises:
-            ProjectorRunningError: another projector holds it (the message names it).
+            ProjectorRunningError: another projector holds one (the message names it).
         """
-        path = lock_path(database)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        file = os.fdopen(fd, "r+")
+        paths, files = [], []
         try:
-            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _describe(file)
-            file.close()
-            raise ProjectorRunningError(
-                f"a projector already runs for read-model copy {copy} ({database}): {holder}; "
-                "stop it first (one copy has one projector)"
-            ) from None
+            for projection in sorted(projections):
+                path = lock_path(database, projection)
+                files.append(_take(path, database, copy, projection))
+                paths.append(path)
         except BaseException:
-            file.close()
+            for file in files:
+                _give_up(file)
             raise
-        file.seek(0)
-        file.truncate()
-        file.write(
-            json.dumps(
-                {
-                    "pid": os.getpid(),
-                    "host": socket.gethostname(),
-                    "copy_id": copy,
-                    "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                }
-            )
-        )
-        file.flush()
-        return cls(path, file)
+        return cls(paths, files)
 
     @property
     def held(self) -> bool:
-        return self._file is not None
+        return self._files is not None
 
     def release(self) -> None:
-        """Give the lock up (idempotent)."""
-        if self._file is None:
+        """Give the locks up (idempotent)."""
+        if self._files is None:
             return
-        with contextlib.suppress(OSError):
-            self._file.seek(0)
-            self._file.truncate()
-            fcntl.flock(self._file, fcntl.LOCK_UN)
-        self._file.close()
-        self._file = None
+        for file in self._files:
+            _give_up(file)
+        self._files = None
+
+
+def _take(path: Path, database: Path, copy: str, projection: str) -> IO[str]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    file = os.fdopen(fd, "r+")
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _describe(file)
+        file.close()
+        raise ProjectorRunningError(
+            f"a projector already runs for read-model copy {copy} ({database}), projection "
+            f"{projection}: {holder}; stop it first (a projection of a copy has one projector)"
+        ) from None
+    except BaseException:
+        file.close()
+        raise
+    file.seek(0)
+    file.truncate()
+    file.write(
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "copy_id": copy,
+                "projection": projection,
+                "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+        )
+    )
+    file.flush()
+    return file
+
+
+def _give_up(file: IO[str]) -> None:
+    with contextlib.suppress(OSError):
+        file.seek(0)
+        file.truncate()
+        fcntl.flock(file, fcntl.LOCK_UN)
+    file.close()
 
 
 def _describe(file: IO[str]) -> str:

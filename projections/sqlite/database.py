@@ -7,10 +7,11 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from memstream.domain.errors import ReadModelDamagedError, UnavailableError
-from memstream.projections.ports import REBUILD_HINT
+from memstream.projections.ports import REBUILD_HINT, VERSIONS
 from memstream.projections.sqlite.damage import (
     FileIdentity,
     file_identity,
@@ -21,7 +22,7 @@ from memstream.projections.sqlite.damage import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 # ``PRAGMA application_id`` of a memstream read model ("MSDB"), set by migration
 # APPLICATION_ID_VERSION. A database at a lower version without it is an older memstream read
 # model; any other non-empty database without it is foreign.
@@ -250,6 +251,12 @@ _MIGRATIONS: dict[int, str] = {
     DELETE FROM session_state;
     DELETE FROM dead_letters WHERE projection = 'sessions';
     DELETE FROM tracking WHERE projection = 'sessions';
+    """,
+    # Each projection's version beside its position (see ports.ProjectionSpec): a projector
+    # that finds another one empties that projection and projects it again from the log. Rows
+    # written so far are of version 1, the first of every projection.
+    11: """
+    ALTER TABLE tracking ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
     """,
 }
 
@@ -521,15 +528,45 @@ def tracked_seqs(connection: sqlite3.Connection, projections: list[str]) -> dict
 
 def set_tracked_seqs(connection: sqlite3.Connection, positions: dict[str, int]) -> None:
     """Record each projection's processed sequence (inside the caller's transaction), in one
-    statement."""
+    statement; a new row records the projection's version."""
     if not positions:
         return
     connection.execute(
-        "INSERT INTO tracking (projection, seq) VALUES "
-        + ", ".join(["(?, ?)"] * len(positions))
+        "INSERT INTO tracking (projection, seq, version) VALUES "
+        + ", ".join(["(?, ?, ?)"] * len(positions))
         + " ON CONFLICT (projection) DO UPDATE SET seq = excluded.seq",
-        [value for item in positions.items() for value in item],
+        [value for name, seq in positions.items() for value in (name, seq, VERSIONS.get(name, 1))],
     )
+
+
+def tracked_versions(connection: sqlite3.Connection) -> dict[str, int]:
+    """The version each projection with a tracking row was projected by."""
+    return {
+        str(name): int(version)
+        for name, version in connection.execute("SELECT projection, version FROM tracking")
+    }
+
+
+def renew_changed_projections(
+    connection: sqlite3.Connection, projections: Sequence[str]
+) -> list[str]:
+    """Empty each of ``projections`` whose rows were written by another version of it than
+    this code's (:data:`~memstream.projections.ports.VERSIONS`), so that it is projected again
+    from the log; returns their names. Projections without rows are left alone."""
+    found = tracked_versions(connection)
+    changed = [
+        name for name in projections if name in found and found[name] != VERSIONS.get(name, 1)
+    ]
+    for name in changed:
+        logger.warning(
+            "projection %s: its rows are of version %d, this code writes version %d; "
+            "emptying it to project it again from the log",
+            name,
+            found[name],
+            VERSIONS.get(name, 1),
+        )
+        drop_projection(connection, name)
+    return changed
 
 
 def set_tracked_seq(connection: sqlite3.Connection, projection: str, seq: int) -> None:
@@ -574,7 +611,12 @@ def drop_projection(connection: sqlite3.Connection, projection: str) -> None:
     try:
         for table in PROJECTION_TABLES[projection]:
             connection.execute(_EMPTY.get(table, f"DELETE FROM {table}"))
-        connection.execute("DELETE FROM tracking WHERE projection = ?", (projection,))
+        # Position 0, of this code's version: what is projected next is written by it.
+        connection.execute(
+            "INSERT INTO tracking (projection, seq, version) VALUES (?, 0, ?) "
+            "ON CONFLICT (projection) DO UPDATE SET seq = 0, version = excluded.version",
+            (projection, VERSIONS.get(projection, 1)),
+        )
         connection.execute("DELETE FROM dead_letters WHERE projection = ?", (projection,))
         connection.execute("COMMIT")
     except BaseException:

@@ -50,6 +50,7 @@ from memstream.projections.sqlite.database import (
     drop_projection,
     file_replaced,
     open_database,
+    renew_changed_projections,
     replace_damaged,
     tracked_seq,
     tracked_seqs,
@@ -286,6 +287,13 @@ class SqliteCopy:
         repair: bool = True,
     ) -> SqliteReadModelStore:
         connection = open_database(self.path, repair=repair)
+        if long_lived:  # a projector's (it holds their locks): changed versions start over
+            try:
+                with damage_translated():
+                    renew_changed_projections(connection, projections)
+            except BaseException:
+                connection.close()
+                raise
         return SqliteReadModelStore(
             connection, default_projections(projections), long_lived=long_lived
         )
@@ -301,13 +309,13 @@ class SqliteCopy:
             connection, default_projections(projections), long_lived=False, scratch=directory
         )
 
-    def claim(self) -> ProjectorLock:
+    def claim(self, projections: Sequence[str] = PROJECTIONS) -> ProjectorLock:
         database = self.path
         try:
             connection = open_database(database)
         except ReadModelDamagedError:
-            # The lock is the file's, not the copy's: its holder replaces the damaged file.
-            return ProjectorLock.acquire(database, "(damaged)")
+            # The locks are the file's, not the copy's: their holder replaces the damaged file.
+            return ProjectorLock.acquire(database, "(damaged)", projections)
         try:
             with damage_translated():
                 copy = copy_id(connection)
@@ -315,7 +323,7 @@ class SqliteCopy:
             copy = "(damaged)"
         finally:
             connection.close()
-        return ProjectorLock.acquire(database, copy)
+        return ProjectorLock.acquire(database, copy, projections)
 
     def repair(self) -> str | None:
         connection = open_database(self.path, repair=True, quick_check_limit=sys.maxsize)

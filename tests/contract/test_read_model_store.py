@@ -20,6 +20,7 @@ from memstream.domain.errors import InvalidInputError, ReadModelDamagedError
 from memstream.projections.ports import (
     MAX_ATTEMPTS,
     PROJECTIONS,
+    VERSIONS,
     ProjectorStats,
     ReadModelCopy,
     ReadModelRewound,
@@ -245,6 +246,68 @@ class ReadModelStoreContract:
         assert store.copy_id() != old
         assert reader.replaced()
         assert store.apply(log.entries, ProjectorStats()) == 3
+
+    # -- the registry: one projector per projection, versions -------------------------------
+
+    def test_stores_of_disjoint_projections_each_keep_their_own_position(
+        self, copy: ReadModelCopy, reader: ReadModels
+    ) -> None:
+        log = RecordedLog()
+        entries = [*_conversation(log), *log.block("notes", "s", "hi")]
+        sessions, context = copy.store(["sessions"]), copy.store(["context"])
+        try:
+            assert list(sessions.projections) == ["sessions"]
+            assert sessions.apply(entries, ProjectorStats()) == 4
+            assert (reader.tracked_seq("sessions"), reader.tracked_seq("context")) == (4, 0)
+            assert ids(reader.sessions.history(NS, "s")) == ["m1", "m2", "m3"]
+            assert reader.context.block_content(NS, "notes", "s") is None
+            assert context.apply(entries[:2], ProjectorStats()) == 2
+            assert context.apply(entries[2:], ProjectorStats()) == 4
+            assert (reader.tracked_seq("sessions"), reader.tracked_seq("context")) == (4, 4)
+            assert reader.context.block_content(NS, "notes", "s") == "hi"
+        finally:
+            sessions.close()
+            context.close()
+
+    def test_a_projection_of_another_version_starts_over_alone(
+        self, copy: ReadModelCopy, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Given both projections at the end of a log, written by version 1 of each
+        log = RecordedLog()
+        entries = [*_conversation(log), *log.block("notes", "s", "hi")]
+        store = copy.store(long_lived=True)
+        try:
+            assert store.apply(entries, ProjectorStats()) == 4
+            context = store.checksum("context")
+        finally:
+            store.close()
+        # When a projector whose sessions projection is of version 2 opens the copy
+        monkeypatch.setitem(VERSIONS, "sessions", 2)
+        store = copy.store(long_lived=True)
+        reader = copy.reader(on_damage=_raise)
+        try:
+            # Then the sessions projection is empty and starts again from the log, alone
+            assert store.positions() == {"sessions": 0, "context": 4}
+            assert reader.sessions.history(NS, "s") == []
+            assert store.checksum("context") == context
+            assert store.apply(entries, ProjectorStats()) == 4
+            assert ids(reader.sessions.history(NS, "s")) == ["m1", "m2", "m3"]
+        finally:
+            reader.close()
+            store.close()
+        # And the next projector of that version carries on where it is
+        store = copy.store(long_lived=True)
+        try:
+            assert store.positions() == {"sessions": 4, "context": 4}
+        finally:
+            store.close()
+        # And a store that is no projector's (a reader's, a rebuild's) never empties one
+        monkeypatch.setitem(VERSIONS, "sessions", 3)
+        store = copy.store()
+        try:
+            assert store.positions() == {"sessions": 4, "context": 4}
+        finally:
+            store.close()
 
     # -- reads -----------------------------------------------------------------------------
 

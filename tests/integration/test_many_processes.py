@@ -32,6 +32,16 @@ def script(env: dict[str, str], *args: str) -> str:
     return result.stdout
 
 
+def external_env(data_dir: Path, nats_server: NatsServerProcess) -> dict[str, str]:
+    """The settings of a process on ``nats_server`` (a stream of the test's own) and a data
+    dir."""
+    return clean_env(
+        MEMSTREAM_NATS_URL=nats_server.url,
+        MEMSTREAM_DATA_DIR=str(data_dir),
+        MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
+    )
+
+
 def start_worker(env: dict[str, str], log: Path, *options: str) -> subprocess.Popen[str]:
     with log.open("w") as out:
         return subprocess.Popen(
@@ -70,11 +80,7 @@ def test_a_reader_waits_for_a_separate_lingering_worker(
     tmp_path: Path, nats_server: NatsServerProcess
 ) -> None:
     # Given a projector in its own process that lingers 5 s per batch, on an external NATS
-    env = clean_env(
-        MEMSTREAM_NATS_URL=nats_server.url,
-        MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
-        MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
-    )
+    env = external_env(tmp_path / "data", nats_server)
     log = tmp_path / "worker.log"
     worker = start_worker(env, log, "--linger", "5")
     try:
@@ -95,11 +101,7 @@ def test_a_reader_waits_for_a_separate_lingering_worker(
 def test_a_second_projector_for_one_copy_is_refused_and_takes_over_after_a_kill(
     tmp_path: Path, nats_server: NatsServerProcess
 ) -> None:
-    env = clean_env(
-        MEMSTREAM_NATS_URL=nats_server.url,
-        MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
-        MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
-    )
+    env = external_env(tmp_path / "data", nats_server)
     # Given a projector running for the data dir's read-model copy
     first = start_worker(env, tmp_path / "first.log")
     try:
@@ -183,4 +185,63 @@ def test_two_data_dirs_on_one_nats_each_project_the_whole_stream(
         )
     finally:
         for worker in workers:
+            stop(worker)
+
+
+def test_projectors_of_different_projections_run_apart_and_a_stopped_one_delays_no_other(
+    tmp_path: Path, nats_server: NatsServerProcess
+) -> None:
+    env = external_env(tmp_path / "data", nats_server)
+    # Given a projector of the sessions projection and one of the context projection, in two
+    # processes on one data dir
+    logs = {name: tmp_path / f"{name}.log" for name in ("sessions", "context")}
+    workers = {
+        name: start_worker(env, logs[name], "--projections", name)
+        for name in ("sessions", "context")
+    }
+    try:
+        for name, worker in workers.items():
+            wait_for_text(logs[name], "projector: stream", worker)
+        # Then a projector of either, or of both, is refused, naming the one that runs it
+        for options in (["--projections", "sessions"], []):
+            refused = memstream(env, "worker", "projector", *options, expect=1)
+            assert "a projector already runs for read-model copy" in refused.stderr
+        unknown = memstream(env, "worker", "projector", "--projections", "sessions,nope", expect=1)
+        assert "--projections: unknown projection 'nope'" in unknown.stderr
+        # And each has its own durable consumer, named after the copy and its projection
+        script(env, "refresh", "chat", "Likes green tea")
+        assert "Likes green tea" in json.loads(script(env, "freeze", "chat"))
+        status = json_of(env, "status")
+        copy = status["copy_id"]
+        [local] = [c for c in status["copies"] if c["local"]]
+        assert local["consumers"] == [f"projector-{copy}-context", f"projector-{copy}-sessions"]
+        # When the context projector is stopped (between its transactions: it is caught up)
+        deadline = time.monotonic() + 10
+        while any(p["lag"] for p in json_of(env, "status")["projections"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        workers["context"].send_signal(signal.SIGSTOP)
+        try:
+            # Then writes are still projected into the sessions read model, read at once
+            script(env, "append", "other", "40")
+            started = time.monotonic()
+            assert json.loads(script(env, "history", "other")) == [f"m{i}" for i in range(40)]
+            assert time.monotonic() - started < 5
+            # While the context projection lags behind (it is not held up by, nor holds up,
+            # the other)
+            lags = {p["name"]: p["lag"] for p in json_of(env, "status")["projections"]}
+            assert lags["sessions"] == 0
+            assert lags["context"] == 40
+        finally:
+            workers["context"].send_signal(signal.SIGCONT)
+        # And once it runs again it catches up, and both verify equal to the log
+        deadline = time.monotonic() + 10
+        while any(p["lag"] for p in json_of(env, "status")["projections"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        verified = json_of(env, "projections", "verify")
+        assert [v["projection"] for v in verified] == ["sessions", "context"]
+        assert all(v["ok"] for v in verified), verified
+    finally:
+        for worker in workers.values():
             stop(worker)

@@ -39,10 +39,11 @@ def test_one_copy_has_one_projector_lock(tmp_path: Path) -> None:
         with pytest.raises(ProjectorRunningError) as refused:
             ProjectorLock.acquire(database, "abc")
         # Then it is refused, naming the copy and the holder
-        assert f"read-model copy abc ({database})" in str(refused.value)
+        assert f"read-model copy abc ({database}), projection context" in str(refused.value)
         assert f"process {os.getpid()} on " in str(refused.value)
-        # And the lock file is readable by its owner only
-        assert stat.S_IMODE(lock_path(database).stat().st_mode) == 0o600
+        # And the lock files are readable by their owner only
+        for projection in ("sessions", "context"):
+            assert stat.S_IMODE(lock_path(database, projection).stat().st_mode) == 0o600
     finally:
         held.release()
     # When the holder released it, Then the next one gets it
@@ -51,6 +52,25 @@ def test_one_copy_has_one_projector_lock(tmp_path: Path) -> None:
     again.release()
     again.release()  # idempotent
     assert not again.held
+
+
+def test_projectors_of_disjoint_projections_run_side_by_side(tmp_path: Path) -> None:
+    database = tmp_path / "memstream.db"
+    # Given a projector of the sessions projection
+    sessions = ProjectorLock.acquire(database, "abc", ["sessions"])
+    try:
+        # Then a projector of the context projection may run beside it
+        context = ProjectorLock.acquire(database, "abc", ["context"])
+        # But one of both is refused, naming the projection held, and takes neither lock
+        with pytest.raises(ProjectorRunningError, match="projection context"):
+            ProjectorLock.acquire(database, "abc", ["sessions", "context"])
+        context.release()
+        with pytest.raises(ProjectorRunningError, match="projection sessions"):
+            ProjectorLock.acquire(database, "abc", ["sessions", "context"])
+        both_free = ProjectorLock.acquire(database, "abc", ["context"])
+        both_free.release()
+    finally:
+        sessions.release()
 
 
 def test_consumers_are_grouped_by_copy(tmp_path: Path) -> None:

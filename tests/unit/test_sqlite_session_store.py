@@ -198,8 +198,8 @@ def test_the_row_range_migration_projects_the_sessions_again() -> None:
     connection.execute("INSERT INTO messages_fts (rowid, text, scope) VALUES (1, 'hi', 1)")
     connection.execute("INSERT INTO session_state VALUES ('ns', 's', 7, 1, NULL, '[]', 1)")
     connection.execute("INSERT INTO tracking VALUES ('sessions', 7), ('context', 7)")
-    # When it is migrated to the current version
-    migrate(connection)
+    # When it is migrated to version 10
+    migrate(connection, target=10)
     # Then the sessions projection starts over (its row ids change), the context one is kept,
     # and the FTS5 table holds the text alone
     for table in ("messages", "messages_fts", "session_keys", "session_state"):
@@ -207,6 +207,18 @@ def test_the_row_range_migration_projects_the_sessions_again() -> None:
     assert connection.execute("SELECT * FROM tracking").fetchall() == [("context", 7)]
     columns = [row[1] for row in connection.execute("PRAGMA table_info(messages_fts)")]
     assert columns == ["text"]
+
+
+def test_the_version_migration_records_version_1_for_projected_rows() -> None:
+    # Given a version-10 database with both projections at sequence 7
+    connection = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(connection, target=10)
+    connection.execute("INSERT INTO tracking VALUES ('sessions', 7), ('context', 7)")
+    # When it is migrated to the current version
+    migrate(connection)
+    # Then both keep their position, projected by version 1 of each (nothing starts over)
+    rows = connection.execute("SELECT projection, seq, version FROM tracking ORDER BY 1")
+    assert rows.fetchall() == [("context", 7, 1), ("sessions", 7, 1)]
 
 
 def test_migrate_is_idempotent(store: Store) -> None:
