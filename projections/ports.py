@@ -53,6 +53,7 @@ class ProjectionSpec:
 REGISTRY: tuple[ProjectionSpec, ...] = (
     ProjectionSpec("sessions", 1, "messages tree, message search, compaction overlays"),
     ProjectionSpec("context", 1, "context blocks, cached prompts, loaded skills, search entries"),
+    ProjectionSpec("registry", 1, "registered sessions: names, models, usage, last activity"),
 )
 # Their names, in that order: what a projector runs unless told otherwise.
 PROJECTIONS: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)
@@ -263,6 +264,22 @@ class SnapshotSource(Protocol[A]):
         next reading."""
 
 
+class RegistryQueries(Protocol):
+    """Reads of the session registry: registered sessions as ``SessionInfo`` dicts (``id``,
+    ``name``, ``parent_session_id``, ``model``, ``source``, ``input_tokens``,
+    ``output_tokens``, ``estimated_cost``, ``end_reason``, ``created_at``, ``updated_at``)."""
+
+    def session(self, namespace: str, session_id: str) -> dict[str, Any] | None: ...
+
+    def page(
+        self, namespace: str, limit: int, before: int | None = None
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """Up to ``limit`` sessions, most recently active first, last active before log
+        position ``before``; and the position to continue from (``None``: no more)."""
+
+    def count(self, namespace: str) -> int: ...
+
+
 class ReadModels(Protocol):
     """The read side of an open read-model copy. Queries hand damage to the ``on_damage`` they
     were opened with; everything else raises :class:`ReadModelDamagedError` for it."""
@@ -272,6 +289,9 @@ class ReadModels(Protocol):
 
     @property
     def context(self) -> ContextQueries: ...
+
+    @property
+    def registry(self) -> RegistryQueries: ...
 
     @property
     def identity(self) -> Hashable | None:

@@ -27,6 +27,7 @@ MESSAGE: dict[str, Any] = {
     },
 }
 SESSION = {"session_id": STRING}
+COUNT: dict[str, Any] = {"type": "integer", "minimum": 0}
 
 FIELDS: dict[str, dict[str, dict[str, Any]]] = {
     "session.message_appended": {**SESSION, "parent_id": NULLABLE_STRING, "message": MESSAGE},
@@ -66,6 +67,22 @@ FIELDS: dict[str, dict[str, dict[str, Any]]] = {
         "content": STRING,
     },
     "context.search_entry_indexed": {"key": STRING, "entry_key": STRING, "content": STRING},
+    "registry.session_created": {
+        **SESSION,
+        "name": STRING,
+        "model": NULLABLE_STRING,
+        "source": NULLABLE_STRING,
+        "parent_session_id": NULLABLE_STRING,
+    },
+    "registry.session_renamed": {**SESSION, "name": STRING},
+    "registry.usage_added": {
+        **SESSION,
+        "input_tokens": COUNT,
+        "output_tokens": COUNT,
+        "cost": {"type": "number", "minimum": 0},
+    },
+    "registry.session_ended": {**SESSION, "end_reason": STRING},
+    "registry.session_deleted": {**SESSION},
 }
 
 

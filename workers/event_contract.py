@@ -38,6 +38,7 @@ from memstream.domain.context import (
 )
 from memstream.domain.messages import MessageText
 from memstream.domain.session import Session, session_aggregate_id
+from memstream.domain.session_registry import SessionRecord, record_aggregate_id
 
 SCHEMA: Final = 1
 
@@ -54,6 +55,11 @@ EVENT_TYPES: Final[dict[str, type[Any]]] = {
     "session.skill_unloaded": Session.SkillUnloaded,
     "context.block_written": ContextDocument.ContextBlockWritten,
     "context.search_entry_indexed": SearchIndex.SearchEntryIndexed,
+    "registry.session_created": SessionRecord.SessionCreated,
+    "registry.session_renamed": SessionRecord.SessionRenamed,
+    "registry.usage_added": SessionRecord.UsageAdded,
+    "registry.session_ended": SessionRecord.SessionEnded,
+    "registry.session_deleted": SessionRecord.SessionDeleted,
 }
 TYPE_NAMES: Final[dict[type[Any], str]] = {cls: name for name, cls in EVENT_TYPES.items()}
 
@@ -204,6 +210,7 @@ _ID_OF: dict[str, Callable[[str, str], uuid.UUID]] = {
     "session": session_aggregate_id,
     "block": block_aggregate_id,
     "search": search_aggregate_id,
+    "registry": record_aggregate_id,
 }
 _AGGREGATE_IDS: dict[tuple[str, str, str], uuid.UUID] = {}
 _SINGLE_KEYS = (
@@ -288,6 +295,8 @@ def aggregate_id(name: str, data: dict[str, Any], namespace: str) -> uuid.UUID:
     """
     if name.startswith("session."):
         key = ("session", namespace, data["session_id"])
+    elif name.startswith("registry."):
+        key = ("registry", namespace, data["session_id"])
     elif name == "context.block_written":
         key = ("block", namespace, document_id(data["label"], data["session_id"]))
     else:

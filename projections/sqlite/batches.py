@@ -24,6 +24,7 @@ from memstream.projections.ports import (
     ReadModelRewound,
     run_steps,
 )
+from memstream.projections.registry_writes import project_registry_event
 from memstream.projections.session_writes import project_session_event
 from memstream.projections.sqlite.checkpointer import Checkpointer
 from memstream.projections.sqlite.context_writer import apply_context_writes
@@ -33,6 +34,7 @@ from memstream.projections.sqlite.database import (
     set_tracked_seqs,
     tracked_seqs,
 )
+from memstream.projections.sqlite.registry_writer import apply_registry_writes
 from memstream.projections.sqlite.session_writer import SessionRows, apply_session_writes
 
 logger = logging.getLogger(__name__)
@@ -94,9 +96,29 @@ class ContextProjection:
         pass  # it holds nothing back
 
 
-_PROJECTION_TYPES: dict[str, type[SessionProjection] | type[ContextProjection]] = {
+class RegistryProjection:
+    """Registered sessions (SessionManager): names, models, usage, last activity."""
+
+    name = "registry"
+
+    def apply(
+        self, connection: sqlite3.Connection, namespace: str, seq: int, event: object
+    ) -> None:
+        apply_registry_writes(connection, project_registry_event(namespace, seq, event))
+
+    def forget(self) -> None:
+        pass  # it remembers nothing between events
+
+    def before_commit(self, connection: sqlite3.Connection) -> None:
+        pass  # it holds nothing back
+
+
+_PROJECTION_TYPES: dict[
+    str, type[SessionProjection] | type[ContextProjection] | type[RegistryProjection]
+] = {
     "sessions": SessionProjection,
     "context": ContextProjection,
+    "registry": RegistryProjection,
 }
 
 

@@ -87,6 +87,14 @@ _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
         ),
         ("search entry rows", "SELECT count(*) FROM search_entries_fts"),
     ),
+    "registry": (
+        (
+            "registered sessions",
+            "SELECT namespace, session_id, name, parent_session_id, model, source, input_tokens, "
+            "output_tokens, cost, end_reason, created_at, updated_at, updated_seq "
+            "FROM session_registry ORDER BY namespace, session_id",
+        ),
+    ),
 }
 
 

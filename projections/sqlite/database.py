@@ -22,7 +22,7 @@ from memstream.projections.sqlite.damage import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 # ``PRAGMA application_id`` of a memstream read model ("MSDB"), set by migration
 # APPLICATION_ID_VERSION. A database at a lower version without it is an older memstream read
 # model; any other non-empty database without it is foreign.
@@ -258,6 +258,27 @@ _MIGRATIONS: dict[int, str] = {
     11: """
     ALTER TABLE tracking ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
     """,
+    # The registry projection: one row per registered session (SessionManager), listed by the
+    # log position of its last event. Built from the log by the projector (no tracking row yet).
+    12: """
+    CREATE TABLE session_registry (
+        namespace TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        parent_session_id TEXT,
+        model TEXT,
+        source TEXT,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        cost REAL NOT NULL DEFAULT 0,
+        end_reason TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        updated_seq INTEGER NOT NULL,
+        PRIMARY KEY (namespace, session_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX session_registry_recent ON session_registry (namespace, updated_seq);
+    """,
 }
 
 # Tables each projection owns: dropped and rebuilt together by ``projections rebuild``.
@@ -271,6 +292,7 @@ PROJECTION_TABLES: dict[str, tuple[str, ...]] = {
         "search_entries",
         "search_entries_fts",
     ),
+    "registry": ("session_registry",),
 }
 
 # How a table is emptied where DELETE cannot (a contentless FTS5 table).

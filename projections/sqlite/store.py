@@ -57,6 +57,7 @@ from memstream.projections.sqlite.database import (
 )
 from memstream.projections.sqlite.read_connection import ReadConnection
 from memstream.projections.sqlite.read_guard import guarded
+from memstream.projections.sqlite.registry_queries import SqliteRegistryQueries
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 from memstream.projections.sqlite.session_snapshots import SqliteSessionSnapshots
 
@@ -205,6 +206,7 @@ class SqliteReadModels:
         self.reads = reads = ReadConnection(connection, self._lend if lender else None)
         self.sessions = guarded(SqliteSessionQueries(reads), on_damage)
         self.context = guarded(SqliteContextQueries(reads), on_damage)
+        self.registry = guarded(SqliteRegistryQueries(reads), on_damage)
 
     def _lend(self) -> sqlite3.Connection | None:
         """The lender's connection, when it has one idle on the file read here."""

@@ -110,7 +110,7 @@ class ReadModelStoreContract:
         assert store.positions() == dict.fromkeys(PROJECTIONS, 3)
         assert (stats.batches, stats.applied, stats.skipped) == (1, 3, 0)
         assert ids(reader.sessions.history(NS, "s")) == ["m1", "m2", "m3"]
-        assert [reader.tracked_seq(p) for p in PROJECTIONS] == [3, 3]
+        assert [reader.tracked_seq(p) for p in PROJECTIONS] == [3] * len(PROJECTIONS)
 
     def test_every_event_type_is_applied(self, store: ReadModelStore, reader: ReadModels) -> None:
         log = RecordedLog()
@@ -173,10 +173,12 @@ class ReadModelStoreContract:
         assert store.positions() == dict.fromkeys(PROJECTIONS, 4)
         assert ids(reader.sessions.history(NS, "s", "m4")) == ["m4"]  # its parent was m3
         letters = store.dead_letters()
-        assert [(d["projection"], d["seq"]) for d in letters] == [("context", 3), ("sessions", 3)]
+        assert [(d["projection"], d["seq"]) for d in letters] == [
+            (name, 3) for name in sorted(PROJECTIONS)
+        ]
         assert {d["topic"] for d in letters} == {"session.message_appended"}
         assert reader.dead_letters() == letters
-        assert stats.dead_lettered == 2
+        assert stats.dead_lettered == len(PROJECTIONS)
 
     def test_an_undecodable_record_is_a_dead_letter_at_once(
         self, store: ReadModelStore, reader: ReadModels
@@ -188,8 +190,8 @@ class ReadModelStoreContract:
         assert store.apply([entries[0], broken, entries[2]], stats) == 3
         assert reader.sessions.message(NS, "s", "m2") is None
         assert reader.sessions.message(NS, "s", "m3") == msg("m3")
-        assert [d["seq"] for d in store.dead_letters()] == [2, 2]
-        assert (stats.applied, stats.dead_lettered) == (2, 2)
+        assert [d["seq"] for d in store.dead_letters()] == [2] * len(PROJECTIONS)
+        assert (stats.applied, stats.dead_lettered) == (2, len(PROJECTIONS))
 
     def test_closing_the_steps_of_a_batch_rolls_it_back(
         self, store: ReadModelStore, reader: ReadModels
@@ -215,7 +217,7 @@ class ReadModelStoreContract:
         emptied = store.checksum("sessions")
         with pytest.raises(ReadModelRewound):
             store.apply(entries[3:], stats, committed=3)
-        assert store.positions() == {"sessions": 0, "context": 3}
+        assert store.positions() == {"sessions": 0, "context": 3, "registry": 3}
         assert store.checksum("sessions") == emptied
         assert store.apply(entries, stats) == 5
 
@@ -287,7 +289,7 @@ class ReadModelStoreContract:
         reader = copy.reader(on_damage=_raise)
         try:
             # Then the sessions projection is empty and starts again from the log, alone
-            assert store.positions() == {"sessions": 0, "context": 4}
+            assert store.positions() == {"sessions": 0, "context": 4, "registry": 4}
             assert reader.sessions.history(NS, "s") == []
             assert store.checksum("context") == context
             assert store.apply(entries, ProjectorStats()) == 4
@@ -298,18 +300,63 @@ class ReadModelStoreContract:
         # And the next projector of that version carries on where it is
         store = copy.store(long_lived=True)
         try:
-            assert store.positions() == {"sessions": 4, "context": 4}
+            assert store.positions() == {"sessions": 4, "context": 4, "registry": 4}
         finally:
             store.close()
         # And a store that is no projector's (a reader's, a rebuild's) never empties one
         monkeypatch.setitem(VERSIONS, "sessions", 3)
         store = copy.store()
         try:
-            assert store.positions() == {"sessions": 4, "context": 4}
+            assert store.positions() == {"sessions": 4, "context": 4, "registry": 4}
         finally:
             store.close()
 
     # -- reads -----------------------------------------------------------------------------
+
+    def test_the_registry_lists_registered_sessions_most_recently_active_first(
+        self, store: ReadModelStore, reader: ReadModels
+    ) -> None:
+        log = RecordedLog()
+        entries = [
+            *log.registry("a", lambda r: r.create("Alpha", model="m1", source="cli")),
+            *log.registry("b", lambda r: r.create("Beta", parent_session_id="a")),
+            *log.registry("c", lambda r: r.create("Gamma")),
+            *_conversation(log, "a", count=2),  # touches a (registered)
+            *_conversation(log, "z", count=1),  # z is not registered: no row
+            *log.registry("b", lambda r: r.add_usage(100, 20, 0.5)),
+            *log.registry("b", lambda r: r.add_usage(1, 2, 0.25)),
+            *log.registry("c", lambda r: r.rename("Gamma 2")),
+            *log.registry("c", lambda r: r.end("compaction")),
+            *log.registry("c", lambda r: r.delete()),
+        ]
+        assert store.apply(entries, ProjectorStats()) == len(entries)
+        registry = reader.registry
+        assert registry.session(NS, "c") is None  # deleted
+        assert registry.session(NS, "z") is None  # never registered
+        b = registry.session(NS, "b")
+        assert b is not None
+        assert (b["id"], b["name"], b["parent_session_id"], b["model"], b["source"]) == (
+            "b",
+            "Beta",
+            "a",
+            None,
+            None,
+        )
+        assert (b["input_tokens"], b["output_tokens"], b["estimated_cost"]) == (101, 22, 0.75)
+        assert b["end_reason"] is None
+        assert b["updated_at"] >= b["created_at"]
+        a = registry.session(NS, "a")
+        assert a is not None
+        assert (a["model"], a["source"]) == ("m1", "cli")
+        # Most recently active first (b's usage came after a's messages), a page at a time
+        first, cursor = registry.page(NS, 1)
+        assert [s["id"] for s in first] == ["b"]
+        assert cursor is not None
+        second, cursor = registry.page(NS, 1, cursor)
+        assert [s["id"] for s in second] == ["a"]
+        assert cursor is None
+        assert registry.count(NS) == 2
+        assert registry.page("other", 10) == ([], None)
 
     def test_history_paths_branches_and_leaves(
         self, store: ReadModelStore, reader: ReadModels

@@ -148,10 +148,11 @@ def test_append_history_search_export_rebuild_verify_status(
     verified = json_of(env, "projections", "verify")
     assert verified
     assert all(v["ok"] and v["live"] == v["rebuilt"] for v in verified)
-    assert [v["projection"] for v in verified] == ["sessions", "context"]
+    assert [v["projection"] for v in verified] == ["sessions", "context", "registry"]
     assert json_of(env, "projections", "list") == [
         {"name": "sessions", "tracked_seq": 3, "lag": 0},
         {"name": "context", "tracked_seq": 3, "lag": 0},
+        {"name": "registry", "tracked_seq": 3, "lag": 0},
     ]
     past = json_of(env, "projections", "verify", "--as-of", "2")
     assert past[0]["seq"] == 2
@@ -178,6 +179,7 @@ def test_append_history_search_export_rebuild_verify_status(
     assert status["projections"] == [
         {"name": "sessions", "tracked_seq": 3, "lag": 0},
         {"name": "context", "tracked_seq": 3, "lag": 0},
+        {"name": "registry", "tracked_seq": 3, "lag": 0},
     ]
     assert status["dead_letter_count"] == 0
 
@@ -345,7 +347,7 @@ def test_verify_exits_1_and_shows_where_a_tampered_read_model_differs(
     assert "sessions: first difference in messages" in shown.stdout
     assert '"forged"' in shown.stdout
     found = json.loads(memstream(env, "projections", "verify", "--json", expect=1).stdout)
-    sessions, context = found
+    sessions, context, _registry = found
     assert (sessions["ok"], context["ok"], context["difference"]) == (False, True, None)
     assert sessions["difference"]["part"] == "messages"
     assert sessions["difference"]["live"][2:5] == ["a1", None, "forged"]

@@ -192,18 +192,16 @@ def test_projectors_of_different_projections_run_apart_and_a_stopped_one_delays_
     tmp_path: Path, nats_server: NatsServerProcess
 ) -> None:
     env = external_env(tmp_path / "data", nats_server)
-    # Given a projector of the sessions projection and one of the context projection, in two
-    # processes on one data dir
-    logs = {name: tmp_path / f"{name}.log" for name in ("sessions", "context")}
-    workers = {
-        name: start_worker(env, logs[name], "--projections", name)
-        for name in ("sessions", "context")
-    }
+    # Given a projector of the sessions projection and one of the context and registry
+    # projections, in two processes on one data dir
+    sets = {"sessions": "sessions", "context": "context,registry"}
+    logs = {name: tmp_path / f"{name}.log" for name in sets}
+    workers = {name: start_worker(env, logs[name], "--projections", sets[name]) for name in sets}
     try:
         for name, worker in workers.items():
             wait_for_text(logs[name], "projector: stream", worker)
         # Then a projector of either, or of both, is refused, naming the one that runs it
-        for options in (["--projections", "sessions"], []):
+        for options in (["--projections", "sessions"], ["--projections", "registry"], []):
             refused = memstream(env, "worker", "projector", *options, expect=1)
             assert "a projector already runs for read-model copy" in refused.stderr
         unknown = memstream(env, "worker", "projector", "--projections", "sessions,nope", expect=1)
@@ -214,7 +212,10 @@ def test_projectors_of_different_projections_run_apart_and_a_stopped_one_delays_
         status = json_of(env, "status")
         copy = status["copy_id"]
         [local] = [c for c in status["copies"] if c["local"]]
-        assert local["consumers"] == [f"projector-{copy}-context", f"projector-{copy}-sessions"]
+        assert local["consumers"] == [
+            f"projector-{copy}-context-registry",
+            f"projector-{copy}-sessions",
+        ]
         # When the context projector is stopped (between its transactions: it is caught up)
         deadline = time.monotonic() + 10
         while any(p["lag"] for p in json_of(env, "status")["projections"]):
@@ -230,8 +231,7 @@ def test_projectors_of_different_projections_run_apart_and_a_stopped_one_delays_
             # While the context projection lags behind (it is not held up by, nor holds up,
             # the other)
             lags = {p["name"]: p["lag"] for p in json_of(env, "status")["projections"]}
-            assert lags["sessions"] == 0
-            assert lags["context"] == 40
+            assert lags == {"sessions": 0, "context": 40, "registry": 40}
         finally:
             workers["context"].send_signal(signal.SIGCONT)
         # And once it runs again it catches up, and both verify equal to the log
@@ -240,7 +240,7 @@ def test_projectors_of_different_projections_run_apart_and_a_stopped_one_delays_
             assert time.monotonic() < deadline
             time.sleep(0.05)
         verified = json_of(env, "projections", "verify")
-        assert [v["projection"] for v in verified] == ["sessions", "context"]
+        assert [v["projection"] for v in verified] == ["sessions", "context", "registry"]
         assert all(v["ok"] for v in verified), verified
     finally:
         for worker in workers.values():

@@ -58,7 +58,7 @@ async def test_every_way_of_consuming_and_applying_builds_the_same_read_model(
             finally:
                 await worker.stop()
             sums[standing, thread_bytes] = {
-                name: checksum(connection, name) for name in ("sessions", "context")
+                name: checksum(connection, name) for name in ("sessions", "context", "registry")
             }
             # (each copy holds the 5 sessions: 40 + 1 branch - 1 deleted messages each)
             assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 200

@@ -10,6 +10,7 @@ from support.messages import msg
 
 from memstream.domain.context import ContextDocument, SearchIndex, document_id
 from memstream.domain.session import Session
+from memstream.domain.session_registry import SessionRecord
 from memstream.workers.codec import CommandMeta, encode_event
 from memstream.workers.event_log import LogEntry
 from memstream.workers.subjects import subject_for
@@ -38,6 +39,17 @@ def every_event() -> list[Any]:
     events += document.replace("some notes")
     index = SearchIndex.empty("default", "kb")
     events += index.index("k1", "an entry")
+    record = SessionRecord.empty("default", "s")
+    for decide in (
+        lambda: record.create("Trip", model="gpt-x", source="cli", parent_session_id="s0"),
+        lambda: record.rename("Trip to Lisbon"),
+        lambda: record.add_usage(120, 30, 0.0042),
+        lambda: record.end("compaction"),
+        record.delete,
+    ):
+        for event in decide():
+            event.mutate(record)
+            events.append(event)
     return events
 
 
@@ -45,6 +57,8 @@ def subject_of(event: Any, namespace: str = "default") -> str:
     """The subject the event's aggregate owns."""
     if isinstance(event, ContextDocument.Event):
         return subject_for("ms", namespace, "block", document_id(event.label, event.session_id))
+    if isinstance(event, SessionRecord.Event):
+        return subject_for("ms", namespace, "registry", event.session_id)
     if isinstance(event, SearchIndex.Event):
         return subject_for("ms", namespace, "search", event.key)
     return subject_for("ms", namespace, "session", event.session_id)
@@ -59,6 +73,7 @@ class RecordedLog:
         self._sessions: dict[str, Session] = {}
         self._documents: dict[str, ContextDocument] = {}
         self._indexes: dict[str, SearchIndex] = {}
+        self._records: dict[str, SessionRecord] = {}
 
     def record(self, events: Iterable[Any]) -> list[LogEntry]:
         """Append ``events`` (already decided); returns their records."""
@@ -78,6 +93,18 @@ class RecordedLog:
         events = decide(session)
         for event in events:
             event.mutate(session)
+        return self.record(events)
+
+    def registry(
+        self, session_id: str, decide: Callable[[SessionRecord], list[Any]]
+    ) -> list[LogEntry]:
+        """Decide a command on the registry record of session ``session_id``; record it."""
+        record = self._records.setdefault(
+            session_id, SessionRecord.empty(self.namespace, session_id)
+        )
+        events = decide(record)
+        for event in events:
+            event.mutate(record)
         return self.record(events)
 
     def block(self, label: str, session_id: str | None, content: str) -> list[LogEntry]:

@@ -1,0 +1,82 @@
+"""The registry projector: a pure function from an event to session-registry writes.
+
+The registry read model holds one row per registered session (``SessionManager.create``): its
+name, model, source, parent, usage counters, end reason and times. Every event of a registered
+session's messages touches its ``updated_at`` too (the reference's "touch"), so sessions list
+most recently active first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memstream.domain.session import Session
+from memstream.domain.session_registry import SessionRecord
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterSession:
+    namespace: str
+    session_id: str
+    name: str
+    model: str | None
+    source: str | None
+    parent_session_id: str | None
+    at: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeSession:
+    """Set ``fields`` (name, end reason) and add ``usage`` (input, output, cost) to a
+    registered session's row, and touch it."""
+
+    namespace: str
+    session_id: str
+    at: str
+    seq: int
+    name: str | None = None
+    end_reason: str | None = None
+    usage: tuple[int, int, float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetSession:
+    namespace: str
+    session_id: str
+
+
+RegistryWrite = RegisterSession | ChangeSession | ForgetSession
+
+
+def project_registry_event(namespace: str, seq: int, event: object) -> list[RegistryWrite]:
+    """Writes that apply ``event`` (at stream sequence ``seq``) to the registry read model."""
+    if isinstance(event, Session.Event):
+        # Any change of a session's messages or context touches its row (if registered).
+        return [ChangeSession(namespace, event.session_id, event.timestamp.isoformat(), seq)]
+    if not isinstance(event, SessionRecord.Event):
+        return []
+    at = event.timestamp.isoformat()
+    if isinstance(event, SessionRecord.SessionCreated):
+        return [
+            RegisterSession(
+                namespace,
+                event.session_id,
+                event.name,
+                event.model,
+                event.source,
+                event.parent_session_id,
+                at,
+                seq,
+            )
+        ]
+    if isinstance(event, SessionRecord.SessionRenamed):
+        return [ChangeSession(namespace, event.session_id, at, seq, name=event.name)]
+    if isinstance(event, SessionRecord.UsageAdded):
+        usage = (event.input_tokens, event.output_tokens, event.cost)
+        return [ChangeSession(namespace, event.session_id, at, seq, usage=usage)]
+    if isinstance(event, SessionRecord.SessionEnded):
+        return [ChangeSession(namespace, event.session_id, at, seq, end_reason=event.end_reason)]
+    if isinstance(event, SessionRecord.SessionDeleted):
+        return [ForgetSession(namespace, event.session_id)]
+    return []

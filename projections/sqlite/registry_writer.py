@@ -1,0 +1,57 @@
+"""Applies session-registry writes to SQLite (one row per registered session)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+
+from memstream.projections.registry_writes import (
+    ChangeSession,
+    ForgetSession,
+    RegisterSession,
+    RegistryWrite,
+)
+
+
+def apply_registry_writes(connection: sqlite3.Connection, writes: Iterable[RegistryWrite]) -> None:
+    """Apply writes inside the caller's transaction."""
+    for write in writes:
+        if isinstance(write, ChangeSession):
+            usage = write.usage or (0, 0, 0.0)
+            connection.execute(
+                "UPDATE session_registry SET name = coalesce(?, name), "
+                "end_reason = coalesce(?, end_reason), input_tokens = input_tokens + ?, "
+                "output_tokens = output_tokens + ?, cost = cost + ?, updated_at = ?, "
+                "updated_seq = ? WHERE namespace = ? AND session_id = ?",
+                (
+                    write.name,
+                    write.end_reason,
+                    *usage,
+                    write.at,
+                    write.seq,
+                    write.namespace,
+                    write.session_id,
+                ),
+            )
+        elif isinstance(write, RegisterSession):
+            connection.execute(
+                "INSERT INTO session_registry (namespace, session_id, name, model, source, "
+                "parent_session_id, created_at, updated_at, updated_seq) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (
+                    write.namespace,
+                    write.session_id,
+                    write.name,
+                    write.model,
+                    write.source,
+                    write.parent_session_id,
+                    write.at,
+                    write.at,
+                    write.seq,
+                ),
+            )
+        elif isinstance(write, ForgetSession):
+            connection.execute(
+                "DELETE FROM session_registry WHERE namespace = ? AND session_id = ?",
+                (write.namespace, write.session_id),
+            )
