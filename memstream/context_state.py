@@ -7,7 +7,9 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from memstream.domain.session import Session as SessionAggregate
 from memstream.domain.tool_specs import LOAD_CONTEXT, UNLOAD_CONTEXT, skill_unloaded_marker
+from memstream.workers.aggregate_store import Decided
 
 if TYPE_CHECKING:
     from memstream.session import Session
@@ -25,17 +27,16 @@ class SessionPromptStore:
         return ms.context_queries.cached_prompt(ms.namespace, self.session.session_id)
 
     async def freeze(self, prompt: str) -> str:
-        winner: list[str] = []
-
-        def decide(aggregate: Any) -> Any:
+        def decide(aggregate: SessionAggregate) -> Decided[str]:
             # The first freeze wins: a concurrent one elsewhere makes ours a no-op.
-            winner[:] = [prompt if aggregate.frozen_prompt is None else aggregate.frozen_prompt]
-            return aggregate.freeze_system_prompt(prompt)
+            winner = prompt if aggregate.frozen_prompt is None else aggregate.frozen_prompt
+            return Decided(aggregate.freeze_system_prompt(prompt), winner)
 
-        await self.session.memstream.session_command(
+        result = await self.session.memstream.session_command(
             self.session.session_id, decide, self.session.command_meta()
         )
-        return winner[0]
+        assert result.value is not None  # decide always decides one
+        return result.value
 
     async def refresh(self, prompt: str) -> None:
         await self.session.memstream.session_command(

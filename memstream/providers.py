@@ -15,10 +15,11 @@ import logging
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from memstream.domain.context import (
     ENTRY_KEY_MAX_CHARS,
+    ContextDocument,
     check_content,
     check_key,
     check_label,
@@ -27,6 +28,7 @@ from memstream.domain.context import (
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import check_chars, require_str, search_query
 from memstream.skill_files import SkillFolder
+from memstream.workers.aggregate_store import Decided
 
 if TYPE_CHECKING:
     from memstream.client import Memstream
@@ -114,15 +116,16 @@ class StoredBlock(LogBacked):
 
     async def append(self, content: str) -> str:
         """Append on the log's current content (not a possibly stale read); returns the result."""
-        result: list[str] = []
 
-        def decide(document: Any) -> Any:
+        def decide(document: ContextDocument) -> Decided[str]:
             events = document.append(content, self.max_tokens)
-            result[:] = [events[-1].content if events else document.content or ""]
-            return events
+            if not events:  # the same content again
+                return Decided(events, document.content or "")
+            return Decided(events, cast("ContextDocument.ContextBlockWritten", events[-1]).content)
 
-        await self.ms.command(self.ms.blocks, "block", self._identity, decide)
-        return result[0]
+        result = await self.ms.command(self.ms.blocks, "block", self._identity, decide)
+        assert result.value is not None  # decide always decides one
+        return result.value
 
 
 class SearchBlock(LogBacked):
