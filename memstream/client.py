@@ -20,7 +20,7 @@ from memstream.domain.errors import (
     ReadModelDamagedError,
 )
 from memstream.domain.limits import check_actor, check_namespace, check_session_id
-from memstream.domain.session import Session as SessionAggregate
+from memstream.domain.session import SessionAggregate
 from memstream.projections.ports import (
     REBUILD_HINT,
     ContextQueries,

@@ -7,7 +7,7 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from memstream.domain.session import Session as SessionAggregate
+from memstream.domain.session import SessionAggregate
 from memstream.domain.tool_specs import LOAD_CONTEXT, UNLOAD_CONTEXT, skill_unloaded_marker
 from memstream.workers.aggregate_store import Decided
 

@@ -20,8 +20,7 @@ from memstream.domain.limits import (
     storable,
 )
 from memstream.domain.messages import Message
-from memstream.domain.session import OMITTED
-from memstream.domain.session import Session as SessionAggregate
+from memstream.domain.session import OMITTED, SessionAggregate
 from memstream.domain.system_prompt import ContextBlock
 from memstream.projections.ports import SessionQueries
 from memstream.projections.recent_history import RecentHistory

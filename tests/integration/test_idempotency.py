@@ -8,7 +8,7 @@ import pytest
 from nats.js import api
 
 from memstream.client import Memstream, open_memstream
-from memstream.domain.session import Session as SessionAggregate
+from memstream.domain.session import SessionAggregate
 from memstream.projections.ports import ProjectorStats, ReadModelRewound
 from memstream.projections.sqlite.batches import apply_batch, default_projections
 from memstream.projections.sqlite.checksum import checksum

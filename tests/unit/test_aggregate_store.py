@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from memstream.domain.errors import ConcurrencyError
-from memstream.domain.session import Session
+from memstream.domain.session import SessionAggregate
 from memstream.workers.aggregate_store import AggregateStore, Decided
 from memstream.workers.event_log import (
     ExpectedSequenceMismatch,
@@ -56,9 +56,9 @@ class AlwaysConflictingLog(AcceptingLog):
 async def test_a_command_that_keeps_conflicting_gives_up_with_concurrency_error() -> None:
     # Given a store whose log always reports a conflict, with a short retry budget
     log = AlwaysConflictingLog()
-    store: AggregateStore[Session] = AggregateStore(
+    store: AggregateStore[SessionAggregate] = AggregateStore(
         log,  # type: ignore[arg-type]
-        lambda key: Session.empty("default", key),
+        lambda key: SessionAggregate.empty("default", key),
         retry_seconds=0.05,
     )
     message = {"id": "m1", "role": "user", "content": "hi"}
@@ -71,23 +71,23 @@ async def test_a_command_that_keeps_conflicting_gives_up_with_concurrency_error(
 async def test_a_command_returns_its_events_sequence_and_decided_value() -> None:
     # Given a store over a log that accepts every publish
     log = AcceptingLog()
-    store: AggregateStore[Session] = AggregateStore(
+    store: AggregateStore[SessionAggregate] = AggregateStore(
         log,  # type: ignore[arg-type]
-        lambda key: Session.empty("default", key),
+        lambda key: SessionAggregate.empty("default", key),
     )
     subject = "ms.default.session.s"
     # When a command decides an event, Then its result has the event and its sequence
     message = {"id": "m1", "role": "user", "content": "hi"}
     appended = await store.execute(subject, "s", lambda s: s.append_message(message))
-    assert [type(e) for e in appended.events] == [Session.MessageAppended]
+    assert [type(e) for e in appended.events] == [SessionAggregate.MessageAppended]
     assert (appended.seq, appended.value) == (1, None)
 
     # When a decision returns a value with its events (Decided), Then the result carries it
-    def freeze(session: Session) -> Decided[str | None]:
+    def freeze(session: SessionAggregate) -> Decided[str | None]:
         return Decided(session.freeze_system_prompt("prompt"), session.frozen_prompt)
 
     frozen = await store.execute(subject, "s", freeze)
-    assert [type(e) for e in frozen.events] == [Session.SystemPromptFrozen]
+    assert [type(e) for e in frozen.events] == [SessionAggregate.SystemPromptFrozen]
     assert (frozen.seq, frozen.value) == (2, None)
     # And a no-op decision publishes nothing but still answers, at the subject's sequence
     again = await store.execute(subject, "s", freeze)
