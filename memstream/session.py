@@ -6,9 +6,11 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
-from memstream.ai_tools import ToolSet, context_tools
+from memstream.context.ports import MemstreamPort
+from memstream.context.session_context import SessionContext, block_config
+from memstream.context.tools import ToolSet, context_tools
 from memstream.domain.errors import InvalidInputError, MemstreamError
 from memstream.domain.limits import (
     SEARCH_LIMIT_MAX,
@@ -24,14 +26,26 @@ from memstream.domain.session import OMITTED, SessionAggregate
 from memstream.domain.system_prompt import ContextBlock
 from memstream.projections.ports import SessionQueries
 from memstream.projections.recent_history import RecentHistory
-from memstream.session_context import SessionContext, block_config
 from memstream.workers.aggregate_store import CommandResult
 from memstream.workers.codec import CommandMeta, decode_event
-
-if TYPE_CHECKING:
-    from memstream.client import Memstream
+from memstream.workers.event_log import EventLog
 
 logger = logging.getLogger(__name__)
+
+
+class SessionClient(MemstreamPort, Protocol):
+    """What a session uses of its connected memstream (:class:`memstream.client.Memstream`,
+    which hands itself to the sessions it makes; this module does not import it)."""
+
+    @property
+    def actor(self) -> str: ...
+
+    @property
+    def log(self) -> EventLog: ...
+
+    def session_subject(self, session_id: str) -> str: ...
+
+    async def wait_for_sessions(self, seq: int | None = None) -> None: ...
 
 
 class Session:
@@ -41,7 +55,9 @@ class Session:
     with this client's last write (read-your-writes).
     """
 
-    def __init__(self, ms: Memstream, session_id: str = "", *, actor: str | None = None) -> None:
+    def __init__(
+        self, ms: SessionClient, session_id: str = "", *, actor: str | None = None
+    ) -> None:
         self._ms = ms
         self._session_id = check_session_id(session_id)
         self._actor = None if actor is None else check_actor(actor)
@@ -89,7 +105,7 @@ class Session:
         return self._session_id
 
     @property
-    def memstream(self) -> Memstream:
+    def memstream(self) -> SessionClient:
         return self._ms
 
     @property

@@ -15,8 +15,10 @@ import logging
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
+from memstream.context.ports import MemstreamPort
+from memstream.context.skill_files import SkillFolder
 from memstream.domain.context import (
     ENTRY_KEY_MAX_CHARS,
     ContextDocument,
@@ -27,11 +29,7 @@ from memstream.domain.context import (
 )
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import check_chars, require_str, search_query
-from memstream.skill_files import SkillFolder
 from memstream.workers.aggregate_store import Decided
-
-if TYPE_CHECKING:
-    from memstream.client import Memstream
 
 logger = logging.getLogger(__name__)
 
@@ -65,14 +63,14 @@ def is_searchable(provider: object) -> bool:
 class LogBacked:
     """A built-in provider that stores through a memstream's log (bound by the session)."""
 
-    _ms: Memstream | None = None
+    _ms: MemstreamPort | None = None
 
-    def attach(self, ms: Memstream) -> None:
+    def attach(self, ms: MemstreamPort) -> None:
         """Bind to the memstream of the session that uses this provider."""
         self._ms = ms
 
     @property
-    def ms(self) -> Memstream:
+    def ms(self) -> MemstreamPort:
         if self._ms is None:
             raise InvalidInputError(
                 f"{type(self).__name__} is not attached to a session; pass it to with_context()"
@@ -198,9 +196,9 @@ class DirectorySkillProvider:
     When several files share a key (``a.md``, ``a.txt``), the first suffix of ``.md``,
     ``.markdown``, ``.txt`` wins, for the listing and for ``load`` alike.
 
-    Skills never leave the folder (:mod:`memstream.skill_files`): a file or folder whose real
-    path is outside it (a symbolic link to ``/etc/passwd``, say) is not listed, ``load`` refuses
-    it, and ``set`` writes through no link at all.
+    Skills never leave the folder (:mod:`memstream.context.skill_files`): a file or folder whose
+    real path is outside it (a symbolic link to ``/etc/passwd``, say) is not listed, ``load``
+    refuses it, and ``set`` writes through no link at all.
     """
 
     def __init__(self, path: str | Path, keys: Iterable[str] | None = None) -> None:

@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from memstream.context.ports import SessionPort
 from memstream.domain.session import SessionAggregate
 from memstream.domain.tool_specs import LOAD_CONTEXT, UNLOAD_CONTEXT, skill_unloaded_marker
 from memstream.workers.aggregate_store import Decided
-
-if TYPE_CHECKING:
-    from memstream.session import Session
 
 
 class SessionPromptStore:
     """The built-in cached prompt: ``SystemPromptFrozen`` events on the session's subject."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionPort) -> None:
         self.session = session
 
     async def get(self) -> str | None:
@@ -49,7 +47,7 @@ class SessionPromptStore:
 class SessionSkillLog:
     """Loaded skills as ``SkillLoaded``/``SkillUnloaded`` events on the session's subject."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionPort) -> None:
         self.session = session
 
     async def loaded(self) -> list[str]:
