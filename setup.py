@@ -5,7 +5,7 @@ from setuptools import find_packages, setup
 FOLDERS = ("domain", "projections", "workers", "cli")
 
 package_dir = {"memstream": "memstream"}
-packages = ["memstream"]
+packages = ["memstream", *("memstream." + p for p in find_packages(where="memstream"))]
 for folder in FOLDERS:
     for found in [folder, *(folder + "." + p for p in find_packages(where=folder))]:
         name = "memstream." + found

@@ -11,7 +11,7 @@ from pathlib import Path
 from bench.harness import Row, bench_env, median, ms, percentile
 from bench.payloads import MessageFactory
 from memstream.client import Memstream
-from memstream.providers import DirectorySkillProvider, SearchBlock, StaticContext
+from memstream.context.providers import DirectorySkillProvider, SearchBlock, StaticContext
 from memstream.session import Session
 
 NAME = "context"

@@ -18,7 +18,7 @@ from nats.js import JetStreamContext
 from bench.harness import Row, bench_env, raw_stream
 from bench.payloads import MessageFactory
 from memstream.domain.messages import encode_message, normalize_message
-from memstream.domain.session import Session as SessionAggregate
+from memstream.domain.session import SessionAggregate
 from memstream.workers.codec import H_EXPECTED_LAST_SUBJECT_SEQ, CommandMeta, _encode_stored
 
 NAME = "disk"

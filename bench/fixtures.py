@@ -8,7 +8,7 @@ import time
 from bench.harness import ACK_TIMEOUT
 from bench.payloads import MessageFactory, chunks
 from memstream.client import Memstream
-from memstream.domain.session import Session as SessionAggregate
+from memstream.domain.session import SessionAggregate
 from memstream.workers.codec import H_MSG_ID, CommandMeta, encode_event
 from memstream.workers.event_log import EventLog
 from memstream.workers.subjects import subject_for

@@ -1,9 +1,16 @@
-"""The Session aggregate: a tree of messages and compaction overlays, decided on the log.
+"""The session aggregate: a tree of messages and compaction overlays, decided on the log.
+
+:class:`SessionAggregate` is the domain's decision state of a session; the API users call is
+:class:`memstream.Session`. Until both were named apart the aggregate was ``Session`` too, and
+events written before the event contract carry that name in their eventsourcing topic
+(``memstream.domain.session:Session.MessageAppended``): the codec reads them as the renamed
+class's (:data:`memstream.workers.codec.RENAMED_AGGREGATES`).
 
 Commands validate against the aggregate's decision state and *return* the events they decide;
-the caller publishes them and only then applies them with :meth:`Session.apply_events`. That keeps
-a cached aggregate valid when a publish is rejected (optimistic concurrency), so a conflict costs a
-fast-forward from the log instead of a full reload.
+the caller publishes them and only then applies them with
+:meth:`SessionAggregate.apply_events`. That keeps a cached aggregate valid when a publish is
+rejected (optimistic concurrency), so a conflict costs a fast-forward from the log instead of a
+full reload.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ class _Omitted:
 
 
 OMITTED: Any = _Omitted()
-_E = TypeVar("_E", bound="Session.Event")
+_E = TypeVar("_E", bound="SessionAggregate.Event")
 
 
 def session_aggregate_id(namespace: str, session_id: str) -> uuid.UUID:
@@ -54,7 +61,7 @@ def session_aggregate_id(namespace: str, session_id: str) -> uuid.UUID:
     return uuid.uuid5(_NAMESPACE, f"{namespace}\x00session\x00{session_id}")
 
 
-class Session(Aggregate):
+class SessionAggregate(Aggregate):
     """Decision state of one session: which message ids exist, their parents, the latest leaf."""
 
     class Event(Aggregate.Event):
@@ -141,7 +148,7 @@ class Session(Aggregate):
     # -- construction -------------------------------------------------------------------------
 
     @classmethod
-    def empty(cls, namespace: str, session_id: str) -> Session:
+    def empty(cls, namespace: str, session_id: str) -> SessionAggregate:
         """A session with no events yet (version 0); sessions begin with their first write."""
         return cls.restore(namespace, session_id, version=0, messages=NO_MESSAGES)
 
@@ -155,7 +162,7 @@ class Session(Aggregate):
         messages: StoredMessages,
         frozen_prompt: str | None = None,
         loaded_skills: Sequence[str] = (),
-    ) -> Session:
+    ) -> SessionAggregate:
         """The session as a snapshot holds it after its event ``version``: its messages looked up
         lazily in ``messages``, its frozen prompt and its loaded skills (``"label:key"``, in load
         order). Events after the snapshot are applied on top as usual."""
@@ -387,4 +394,4 @@ def _skill_ref(label: object, key: object) -> tuple[str, str]:
     )
 
 
-__all__ = ["OMITTED", "Session", "session_aggregate_id"]
+__all__ = ["OMITTED", "SessionAggregate", "session_aggregate_id"]

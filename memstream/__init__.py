@@ -1,7 +1,8 @@
 """memstream: an event-sourced memory platform for AI agents (sessions and agent memory)."""
 
-from memstream.ai_tools import Tool, ToolSet
 from memstream.client import Memstream, connect
+from memstream.context.providers import DirectorySkillProvider, SearchBlock, StaticContext
+from memstream.context.tools import Tool, ToolSet
 from memstream.domain.errors import (
     ConcurrencyError,
     IncompatibleServerError,
@@ -18,7 +19,6 @@ from memstream.domain.messages import COMPACTION_PREFIX, is_compaction_message
 from memstream.domain.system_prompt import ContextBlock
 from memstream.domain.tokens import estimate_message_tokens, estimate_string_tokens
 from memstream.projections.recent_history import RecentHistory
-from memstream.providers import DirectorySkillProvider, SearchBlock, StaticContext
 from memstream.session import Session
 from memstream.settings import Settings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -20,7 +20,7 @@ from memstream.domain.errors import (
     ReadModelDamagedError,
 )
 from memstream.domain.limits import check_actor, check_namespace, check_session_id
-from memstream.domain.session import Session as SessionAggregate
+from memstream.domain.session import SessionAggregate
 from memstream.projections.ports import (
     REBUILD_HINT,
     ContextQueries,
@@ -32,7 +32,7 @@ from memstream.projections.ports import (
 from memstream.projections.read_models import open_read_models
 from memstream.session import Session
 from memstream.settings import Settings, default_actor
-from memstream.workers.aggregate_store import AggregateStore, CommandResult
+from memstream.workers.aggregate_store import AggregateStore, CommandResult, Decide
 from memstream.workers.codec import CommandMeta
 from memstream.workers.data_dir import prepare_data_dir, private_database
 from memstream.workers.embedded import EmbeddedRuntime
@@ -43,6 +43,7 @@ from memstream.workers.subjects import demand_subject, subject_for
 
 logger = logging.getLogger(__name__)
 A = TypeVar("A", bound=Aggregate)
+R = TypeVar("R")
 
 # How long the in-process projector gathers a burst of writes before committing it.
 PROJECTOR_LINGER = DEFAULT_LINGER
@@ -199,39 +200,35 @@ class Memstream:
     async def session_command(
         self,
         session_id: str,
-        decide: Callable[[SessionAggregate], Sequence[Aggregate.Event]],
+        decide: Decide[SessionAggregate, R],
         meta: CommandMeta | None = None,
-    ) -> int:
-        """Run a session command; returns the log sequence to wait for when reading."""
+    ) -> CommandResult[R]:
+        """Run a session command; its result's ``seq`` is what to wait for when reading."""
         check_session_id(session_id)
-        result = await self._execute(
+        return await self._execute(
             self.sessions, self.session_subject(session_id), session_id, decide, meta
         )
-        self.last_write_seq = max(self.last_write_seq, result.seq)
-        return result.seq
 
     async def command(
         self,
         store: AggregateStore[A],
         kind: str,
         key: str,
-        decide: Callable[[A], Sequence[Aggregate.Event]],
+        decide: Decide[A, R],
         meta: CommandMeta | None = None,
-    ) -> int:
-        """Run a command on the aggregate ``kind``/``key``; returns its log sequence."""
+    ) -> CommandResult[R]:
+        """Run a command on the aggregate ``kind``/``key``."""
         subject = subject_for(self.log.subject_prefix, self.namespace, kind, key)
-        result = await self._execute(store, subject, key, decide, meta)
-        self.last_write_seq = max(self.last_write_seq, result.seq)
-        return result.seq
+        return await self._execute(store, subject, key, decide, meta)
 
     async def _execute(
         self,
         store: AggregateStore[A],
         subject: str,
         key: str,
-        decide: Callable[[A], Sequence[Aggregate.Event]],
+        decide: Decide[A, R],
         meta: CommandMeta | None,
-    ) -> CommandResult:
+    ) -> CommandResult[R]:
         """Decide on the read model's snapshot; if the read model turns out damaged, report it
         (the projector here replaces it) and decide on the aggregate replayed from the log
         instead: a write does not depend on a disposable read model. The same command id both
@@ -239,7 +236,7 @@ class Memstream:
         meta = meta or CommandMeta(actor=self.actor)
         try:
             with self.read_models.damage_translated():
-                return await store.execute(subject, key, decide, meta)
+                result = await store.execute(subject, key, decide, meta)
         except ReadModelDamagedError as error:
             self._report_damage(error)
             logger.warning(
@@ -248,7 +245,9 @@ class Memstream:
                 error.reason,
                 subject,
             )
-            return await store.without_snapshots().execute(subject, key, decide, meta)
+            result = await store.without_snapshots().execute(subject, key, decide, meta)
+        self.last_write_seq = max(self.last_write_seq, result.seq)
+        return result
 
     async def wait_for_sessions(self, seq: int | None = None) -> None:
         """Read-your-writes: wait until the sessions read model has this client's last write."""

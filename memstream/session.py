@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, cast
 
-from memstream.ai_tools import ToolSet, context_tools
+from memstream.context.ports import MemstreamPort
+from memstream.context.session_context import SessionContext, block_config
+from memstream.context.tools import ToolSet, context_tools
 from memstream.domain.errors import InvalidInputError, MemstreamError
 from memstream.domain.limits import (
     SEARCH_LIMIT_MAX,
@@ -20,18 +22,30 @@ from memstream.domain.limits import (
     storable,
 )
 from memstream.domain.messages import Message
-from memstream.domain.session import OMITTED
-from memstream.domain.session import Session as SessionAggregate
+from memstream.domain.session import OMITTED, SessionAggregate
 from memstream.domain.system_prompt import ContextBlock
 from memstream.projections.ports import SessionQueries
 from memstream.projections.recent_history import RecentHistory
-from memstream.session_context import SessionContext, block_config
+from memstream.workers.aggregate_store import CommandResult
 from memstream.workers.codec import CommandMeta, decode_event
-
-if TYPE_CHECKING:
-    from memstream.client import Memstream
+from memstream.workers.event_log import EventLog
 
 logger = logging.getLogger(__name__)
+
+
+class SessionClient(MemstreamPort, Protocol):
+    """What a session uses of its connected memstream (:class:`memstream.client.Memstream`,
+    which hands itself to the sessions it makes; this module does not import it)."""
+
+    @property
+    def actor(self) -> str: ...
+
+    @property
+    def log(self) -> EventLog: ...
+
+    def session_subject(self, session_id: str) -> str: ...
+
+    async def wait_for_sessions(self, seq: int | None = None) -> None: ...
 
 
 class Session:
@@ -41,7 +55,9 @@ class Session:
     with this client's last write (read-your-writes).
     """
 
-    def __init__(self, ms: Memstream, session_id: str = "", *, actor: str | None = None) -> None:
+    def __init__(
+        self, ms: SessionClient, session_id: str = "", *, actor: str | None = None
+    ) -> None:
         self._ms = ms
         self._session_id = check_session_id(session_id)
         self._actor = None if actor is None else check_actor(actor)
@@ -89,7 +105,7 @@ class Session:
         return self._session_id
 
     @property
-    def memstream(self) -> Memstream:
+    def memstream(self) -> SessionClient:
         return self._ms
 
     @property
@@ -103,7 +119,9 @@ class Session:
 
     # -- writes --------------------------------------------------------------------------------
 
-    async def _command(self, decide: Any) -> int:
+    async def _command(
+        self, decide: Callable[[SessionAggregate], Sequence[SessionAggregate.Event]]
+    ) -> CommandResult[None]:
         await self._context.ready()
         return await self._ms.session_command(self._session_id, decide, self.command_meta())
 
@@ -116,11 +134,11 @@ class Session:
             MessageNotFoundError: ``parent_id`` does not exist in this session.
             InvalidInputError: the message breaks a limit (1 MiB JSON, id 1–256 chars, shape).
         """
-        return await self._command(lambda s: s.append_message(message, parent_id))
+        return (await self._command(lambda s: s.append_message(message, parent_id))).seq
 
     async def append_messages(self, messages: Sequence[Message], parent_id: Any = OMITTED) -> int:
         """Append a chain of messages atomically (one event, ≤ 500 messages)."""
-        return await self._command(lambda s: s.append_messages(messages, parent_id))
+        return (await self._command(lambda s: s.append_messages(messages, parent_id))).seq
 
     async def update_message(self, message: Message) -> int:
         """Replace a stored message's content (and its search text).
@@ -128,37 +146,32 @@ class Session:
         Raises:
             MessageNotFoundError: no message with that id in this session.
         """
-        return await self._command(lambda s: s.update_message(message))
+        return (await self._command(lambda s: s.update_message(message))).seq
 
     async def delete_messages(self, ids: Iterable[str]) -> int:
         """Delete messages by id (unknown ids are ignored; children are kept)."""
         # Non-lists go to the domain unchanged, which refuses them with InvalidInputError.
         listable = isinstance(ids, Iterable) and not isinstance(ids, str | bytes | Mapping)
         id_list = list(ids) if listable else ids
-        return await self._command(lambda s: s.delete_messages(id_list))
+        return (await self._command(lambda s: s.delete_messages(id_list))).seq
 
     async def clear_messages(self) -> int:
         """Remove every message, overlay and loaded skill of this session, then refresh the
         system prompt (when the session has context blocks or a cached prompt)."""
-        seq = await self._command(SessionAggregate.clear_messages)
+        result = await self._command(SessionAggregate.clear_messages)
         if self._context.configured:
             blocks = await self._context.blocks()
             blocks.clear_skill_state()
             await blocks.refresh()
-        return seq
+        return result.seq
 
     async def add_compaction(self, summary: str, from_id: str, to_id: str) -> dict[str, Any]:
         """Store an overlay that reads ``from_id..to_id`` as one summary message."""
-        decided: list[Any] = []
-
-        def decide(session: SessionAggregate) -> list[Any]:
-            decided[:] = session.add_compaction(summary, from_id, to_id)
-            return decided
-
-        seq = await self._command(decide)
-        await self._ms.wait_for_sessions(seq)
+        result = await self._command(lambda s: s.add_compaction(summary, from_id, to_id))
+        await self._ms.wait_for_sessions(result.seq)
         # Find ours by id: other writers may have added overlays since.
-        compaction_id = decided[-1].compaction_id
+        added = cast("SessionAggregate.CompactionAdded", result.events[-1])
+        compaction_id = added.compaction_id
         return next(c for c in await self.get_compactions() if c["id"] == compaction_id)
 
     # -- context blocks, system prompt, skills, tools (§6, §7, §9) ------------------------------

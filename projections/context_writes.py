@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memstream.domain.context import ContextDocument, SearchIndex
-from memstream.domain.session import Session
+from memstream.domain.session import SessionAggregate
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,14 +97,14 @@ def project_context_event(namespace: str, seq: int, event: object) -> list[Conte
                 event.originator_version,
             )
         ]
-    if isinstance(event, Session.SystemPromptFrozen):
+    if isinstance(event, SessionAggregate.SystemPromptFrozen):
         return [
             WritePrompt(namespace, event.session_id, event.prompt, seq, event.timestamp.isoformat())
         ]
-    if isinstance(event, Session.SkillLoaded):
+    if isinstance(event, SessionAggregate.SkillLoaded):
         return [LoadSkill(namespace, event.session_id, event.label, event.key, seq)]
-    if isinstance(event, Session.SkillUnloaded):
+    if isinstance(event, SessionAggregate.SkillUnloaded):
         return [UnloadSkill(namespace, event.session_id, event.label, event.key)]
-    if isinstance(event, Session.MessagesCleared):
+    if isinstance(event, SessionAggregate.MessagesCleared):
         return [ClearSkills(namespace, event.session_id)]
     return []

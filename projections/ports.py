@@ -27,7 +27,7 @@ from eventsourcing.domain import Aggregate
 from memstream.domain.context import ContextDocument, SearchIndex
 from memstream.domain.errors import InvalidInputError, ReadModelDamagedError
 from memstream.domain.messages import Message
-from memstream.domain.session import Session
+from memstream.domain.session import SessionAggregate
 from memstream.projections.overlays import Compaction
 from memstream.projections.recent_history import RecentHistory
 
@@ -297,7 +297,7 @@ class ReadModels(Protocol):
     def identity(self) -> Hashable | None:
         """What tells this copy's storage from a replacement (``None``: not replaceable)."""
 
-    def session_snapshots(self, namespace: str) -> SnapshotSource[Session]: ...
+    def session_snapshots(self, namespace: str) -> SnapshotSource[SessionAggregate]: ...
 
     def document_snapshots(self, namespace: str) -> SnapshotSource[ContextDocument]: ...
 

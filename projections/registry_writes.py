@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memstream.domain.session import Session
+from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
 
 
@@ -51,7 +51,7 @@ RegistryWrite = RegisterSession | ChangeSession | ForgetSession
 
 def project_registry_event(namespace: str, seq: int, event: object) -> list[RegistryWrite]:
     """Writes that apply ``event`` (at stream sequence ``seq``) to the registry read model."""
-    if isinstance(event, Session.Event):
+    if isinstance(event, SessionAggregate.Event):
         # Any change of a session's messages or context touches its row (if registered).
         return [ChangeSession(namespace, event.session_id, event.timestamp.isoformat(), seq)]
     if not isinstance(event, SessionRecord.Event):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memstream.domain.messages import decode_message, searchable_text
-from memstream.domain.session import Session
+from memstream.domain.session import SessionAggregate
 
 # Positions order messages within the log: stream sequence, then index inside a batch event.
 BATCH_SLOTS = 1024
@@ -131,24 +131,24 @@ def project_session_event(namespace: str, seq: int, event: object) -> list[Sessi
     so that the read model is a snapshot commands can be decided on: its rows as of that
     position, plus the events after it.
     """
-    if not isinstance(event, Session.Event):
+    if not isinstance(event, SessionAggregate.Event):
         return []
     position = RecordPosition(namespace, event.session_id, seq, event.originator_version)
     return [*_writes(namespace, seq, event), position]
 
 
-def _writes(namespace: str, seq: int, event: Session.Event) -> list[SessionWrite]:
+def _writes(namespace: str, seq: int, event: SessionAggregate.Event) -> list[SessionWrite]:
     base = seq * BATCH_SLOTS
-    if isinstance(event, Session.MessageAppended):
+    if isinstance(event, SessionAggregate.MessageAppended):
         entry = {
             "message_id": event.message_id,
             "parent_id": event.parent_id,
             "message_json": event.message_json,
         }
         return [_insert(namespace, event, entry, base)]
-    if isinstance(event, Session.MessagesAppended):
+    if isinstance(event, SessionAggregate.MessagesAppended):
         return [_insert(namespace, event, e, base + i) for i, e in enumerate(event.entries)]
-    if isinstance(event, Session.MessageUpdated):
+    if isinstance(event, SessionAggregate.MessageUpdated):
         message = decode_message(event.message_json) or {}
         return [
             UpdateMessage(
@@ -159,11 +159,11 @@ def _writes(namespace: str, seq: int, event: Session.Event) -> list[SessionWrite
                 searchable_text(message),
             )
         ]
-    if isinstance(event, Session.MessagesDeleted):
+    if isinstance(event, SessionAggregate.MessagesDeleted):
         return [DeleteMessages(namespace, event.session_id, tuple(event.message_ids))]
-    if isinstance(event, Session.MessagesCleared):
+    if isinstance(event, SessionAggregate.MessagesCleared):
         return [ClearSession(namespace, event.session_id)]
-    if isinstance(event, Session.CompactionAdded):
+    if isinstance(event, SessionAggregate.CompactionAdded):
         return [
             InsertCompaction(
                 namespace,
@@ -176,9 +176,9 @@ def _writes(namespace: str, seq: int, event: Session.Event) -> list[SessionWrite
                 event.timestamp.isoformat(),
             )
         ]
-    if isinstance(event, Session.SystemPromptFrozen):
+    if isinstance(event, SessionAggregate.SystemPromptFrozen):
         return [RecordPrompt(namespace, event.session_id, event.prompt)]
-    if isinstance(event, Session.SkillLoaded | Session.SkillUnloaded):
-        loaded = isinstance(event, Session.SkillLoaded)
+    if isinstance(event, SessionAggregate.SkillLoaded | SessionAggregate.SkillUnloaded):
+        loaded = isinstance(event, SessionAggregate.SkillLoaded)
         return [RecordSkill(namespace, event.session_id, f"{event.label}:{event.key}", loaded)]
     return []

@@ -44,6 +44,8 @@ from memstream.workers.event_log import (
 logger = logging.getLogger(__name__)
 A = TypeVar("A", bound=Aggregate)
 T = TypeVar("T")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 # Conflicts are retried for this long (a writer that keeps losing to others in tight loops can
 # wait for several of their bursts; measured up to ~4 s with 8 writers on one session here).
 RETRY_SECONDS = 15.0
@@ -78,11 +80,29 @@ class _Cached(Generic[A]):
 
 
 @dataclass(frozen=True, slots=True)
-class CommandResult:
-    """Outcome of a command: the events it published (maybe none) and the log position."""
+class Decided(Generic[R_co]):
+    """What a decision returns when it has an answer besides its events (e.g. the prompt that
+    is frozen now, which a no-op freeze finds in the aggregate): the events to publish, and
+    ``value``, which the command's :class:`CommandResult` carries back."""
+
+    events: Sequence[Aggregate.Event]
+    value: R_co
+
+
+# A decision: the events it decides on the aggregate, or those and a value (:class:`Decided`).
+Decide = Callable[[A], Sequence[Aggregate.Event] | Decided[R]]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult(Generic[R_co]):
+    """Outcome of a command: the events it published (none when it decided none, or when an
+    earlier attempt of the same command was in the log already), the stream sequence of the
+    last of them (or the subject's as the decision saw it), and the decision's ``value``
+    (``None`` unless it returned a :class:`Decided`)."""
 
     events: Sequence[Aggregate.Event]
     seq: int
+    value: R_co | None = None
 
 
 class AggregateStore(Generic[A]):
@@ -113,13 +133,14 @@ class AggregateStore(Generic[A]):
         self,
         subject: str,
         key: str,
-        decide: Callable[[A], Sequence[Aggregate.Event]],
+        decide: Decide[A, R],
         meta: CommandMeta | None = None,
-    ) -> CommandResult:
+    ) -> CommandResult[R]:
         """Decide events with ``decide(aggregate)`` and append them to ``subject`` atomically.
 
-        ``key`` identifies the aggregate for :attr:`empty` (e.g. the session id). Domain errors
-        raised by ``decide`` propagate unchanged and publish nothing.
+        ``key`` identifies the aggregate for :attr:`empty` (e.g. the session id). ``decide``
+        returns the events, or a :class:`Decided` with them and a value for the result. Domain
+        errors raised by ``decide`` propagate unchanged and publish nothing.
 
         Raises:
             ConcurrencyError: the subject kept moving for ``retry_seconds``.
@@ -133,7 +154,7 @@ class AggregateStore(Generic[A]):
             while asyncio.get_running_loop().time() < deadline or attempt < 3:
                 attempt += 1
                 await self._load(subject, key)
-                cached, events, refusal = self._decide(subject, key, decide)
+                cached, events, value, refusal = self._decide(subject, key, decide)
                 if refusal is not None:
                     # A refusal may come from a stale cache (another writer moved on).
                     if await self._caught_up(subject, cached):
@@ -142,7 +163,7 @@ class AggregateStore(Generic[A]):
                 if not events:
                     if await self._caught_up(subject, cached):
                         continue  # a no-op decided on stale state: decide again
-                    return CommandResult((), cached.seq)
+                    return CommandResult((), cached.seq, value)
                 outgoing = [
                     OutgoingMessage(
                         *encode_event(event, meta, _msg_id(meta.command_id, i, len(events))),
@@ -164,12 +185,12 @@ class AggregateStore(Generic[A]):
                 if result.duplicate:
                     # An earlier attempt of this command is already in the log: read it back.
                     await self._fast_forward(subject, cached)
-                    return CommandResult((), cached.seq)
+                    return CommandResult((), cached.seq, value)
                 # Applied at the next decision (inside its reading, as every lookup must be).
                 first = result.seq - len(events) + 1  # an atomic batch is stored contiguously
                 cached.pending.extend((first + i, event) for i, event in enumerate(events))
                 cached.seq = result.seq
-                return CommandResult(events, result.seq)
+                return CommandResult(events, result.seq, value)
         raise ConcurrencyError(
             f"{subject} changed under the command {attempt} times in "
             f"{self.retry_seconds:g} s; giving up"
@@ -187,8 +208,8 @@ class AggregateStore(Generic[A]):
                 return view(self._prepare(subject, key).aggregate)
 
     def _decide(
-        self, subject: str, key: str, decide: Callable[[A], Sequence[Aggregate.Event]]
-    ) -> tuple[_Cached[A], list[Aggregate.Event], MemstreamError | None]:
+        self, subject: str, key: str, decide: Decide[A, R]
+    ) -> tuple[_Cached[A], list[Aggregate.Event], R | None, MemstreamError | None]:
         """Decide on the cached aggregate: guarded when it was read recently, else (or when a
         guarded lookup finds the snapshot moved) inside a reading."""
         cached = self._cache.get(subject)
@@ -288,12 +309,15 @@ class AggregateStore(Generic[A]):
 
 
 def _decided(
-    aggregate: A, decide: Callable[[A], Sequence[Aggregate.Event]]
-) -> tuple[list[Aggregate.Event], MemstreamError | None]:
+    aggregate: A, decide: Decide[A, R]
+) -> tuple[list[Aggregate.Event], R | None, MemstreamError | None]:
     try:
-        return list(decide(aggregate)), None
+        decision = decide(aggregate)
     except MemstreamError as error:
-        return [], error
+        return [], None, error
+    if isinstance(decision, Decided):
+        return list(decision.events), decision.value, None
+    return list(decision), None, None
 
 
 def _restore(cached: _Cached[A], position: int) -> bool:

@@ -35,6 +35,7 @@ from memstream.workers.codec import (
     H_TIMESTAMP,
     command_id,
     event_type,
+    former_topics,
 )
 from memstream.workers.event_contract import EVENT_TYPES, aggregate_id
 from memstream.workers.event_log import EventLog
@@ -64,8 +65,9 @@ class EventQuery:
 
     ``subject`` is a NATS subject filter (wildcards allowed) inside the stream's subjects;
     ``event_type`` matches the event's contract type (``session.message_appended``), its
-    class name (``MessageAppended`` or ``Session.MessageAppended``) or the eventsourcing topic
-    of an event written before the contract; sequences are inclusive; times are aware
+    class name (``MessageAppended`` or ``SessionAggregate.MessageAppended``, or
+    ``Session.MessageAppended`` as the class was called) or the eventsourcing topic of an event
+    written before the contract; sequences are inclusive; times are aware
     datetimes, inclusive, compared with the time the stream stored the event.
     """
 
@@ -123,13 +125,16 @@ class AuditEvent:
 
 def type_aliases(wanted: str) -> frozenset[str]:
     """Every name of the event types ``wanted`` names: the contract's (``session.message_appended``)
-    and the eventsourcing topic events written before the contract carry, for a contract name,
-    a class name (``MessageAppended``) or a qualified one (``Session.MessageAppended``)."""
+    and the eventsourcing topics events written before the contract carry (the current one, and
+    any from before the aggregate was renamed), for a contract name, a class name
+    (``MessageAppended``), a qualified one (``SessionAggregate.MessageAppended``, or as it was,
+    ``Session.MessageAppended``) or a topic."""
     names: set[str] = set()
     for name, cls in EVENT_TYPES.items():
-        topic = get_topic(cls)
-        if wanted in (name, cls.__name__, cls.__qualname__, topic):
-            names.update((name, topic))
+        topics = (get_topic(cls), *former_topics(cls))
+        qualified = {topic.partition(":")[2] for topic in topics}
+        if wanted in (name, cls.__name__, *qualified, *topics):
+            names.update((name, *topics))
     return frozenset(names)
 
 

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from eventsourcing.domain import CanMutateAggregate
 from eventsourcing.persistence import (
@@ -40,8 +40,10 @@ from eventsourcing.persistence import (
     StoredEvent,
     UUIDAsHex,
 )
+from eventsourcing.utils import register_topic
 
 from memstream.domain.errors import MemstreamError
+from memstream.domain.session import SessionAggregate
 from memstream.workers.event_contract import (
     SCHEMA,
     EventContractError,
@@ -109,9 +111,30 @@ class CommandMeta:
     correlation_id: str = ""
 
 
+# Aggregates renamed since events were written in eventsourcing's stored form, by the topic
+# those events carry (``memstream.domain.session:Session.MessageAppended``): eventsourcing
+# resolves a nested event's topic through its aggregate's, so one alias covers its events.
+RENAMED_AGGREGATES: Final[dict[str, type[Any]]] = {
+    "memstream.domain.session:Session": SessionAggregate,
+}
+
+
+def former_topics(cls: type[Any]) -> tuple[str, ...]:
+    """The topics ``cls`` had before its aggregate was renamed (none if it never was)."""
+    return tuple(
+        old + cls.__qualname__[len(new.__qualname__) :]
+        for old, new in RENAMED_AGGREGATES.items()
+        if cls.__module__ == new.__module__
+        and (cls is new or cls.__qualname__.startswith(new.__qualname__ + "."))
+    )
+
+
 @cache
 def mapper() -> Mapper[Any]:
-    """The process-wide mapper (built on first use, not at import)."""
+    """The process-wide mapper (built on first use, not at import), which reads the topics of
+    renamed aggregates too."""
+    for old, new in RENAMED_AGGREGATES.items():
+        register_topic(old, new)
     transcoder = JSONTranscoder()
     transcoder.register(UUIDAsHex())
     transcoder.register(DatetimeAsISO())

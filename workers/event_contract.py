@@ -37,22 +37,22 @@ from memstream.domain.context import (
     search_aggregate_id,
 )
 from memstream.domain.messages import MessageText
-from memstream.domain.session import Session, session_aggregate_id
+from memstream.domain.session import SessionAggregate, session_aggregate_id
 from memstream.domain.session_registry import SessionRecord, record_aggregate_id
 
 SCHEMA: Final = 1
 
 # Stable names of every event type, as on the log. Renaming one is a breaking change.
 EVENT_TYPES: Final[dict[str, type[Any]]] = {
-    "session.message_appended": Session.MessageAppended,
-    "session.messages_appended": Session.MessagesAppended,
-    "session.message_updated": Session.MessageUpdated,
-    "session.messages_deleted": Session.MessagesDeleted,
-    "session.messages_cleared": Session.MessagesCleared,
-    "session.compaction_added": Session.CompactionAdded,
-    "session.system_prompt_frozen": Session.SystemPromptFrozen,
-    "session.skill_loaded": Session.SkillLoaded,
-    "session.skill_unloaded": Session.SkillUnloaded,
+    "session.message_appended": SessionAggregate.MessageAppended,
+    "session.messages_appended": SessionAggregate.MessagesAppended,
+    "session.message_updated": SessionAggregate.MessageUpdated,
+    "session.messages_deleted": SessionAggregate.MessagesDeleted,
+    "session.messages_cleared": SessionAggregate.MessagesCleared,
+    "session.compaction_added": SessionAggregate.CompactionAdded,
+    "session.system_prompt_frozen": SessionAggregate.SystemPromptFrozen,
+    "session.skill_loaded": SessionAggregate.SkillLoaded,
+    "session.skill_unloaded": SessionAggregate.SkillUnloaded,
     "context.block_written": ContextDocument.ContextBlockWritten,
     "context.search_entry_indexed": SearchIndex.SearchEntryIndexed,
     "registry.session_created": SessionRecord.SessionCreated,

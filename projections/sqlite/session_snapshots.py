@@ -24,7 +24,7 @@ from memstream.domain.message_index import (
     StoredMessages,
     StoredMessagesMoved,
 )
-from memstream.domain.session import Session
+from memstream.domain.session import SessionAggregate
 from memstream.projections.sqlite.read_connection import (
     LookupWindow,
     ReadConnection,
@@ -121,10 +121,10 @@ class SessionSnapshot:
     loaded_skills: tuple[str, ...]
     messages: StoredMessages
 
-    def restore(self) -> Session:
+    def restore(self) -> SessionAggregate:
         """The Session aggregate as of :attr:`seq` (valid inside the reading it came from, and
         in later readings while the session's recorded position stays the same)."""
-        return Session.restore(
+        return SessionAggregate.restore(
             self.namespace,
             self.session_id,
             version=self.version,
@@ -133,7 +133,7 @@ class SessionSnapshot:
             loaded_skills=self.loaded_skills,
         )
 
-    def rebind(self, session: Session) -> None:
+    def rebind(self, session: SessionAggregate) -> None:
         """Point a session restored earlier at this reading's rows (same content at the same
         position, but a rebuilt read model numbers its rows anew)."""
         session.messages.rebind(self.messages)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from memstream.domain.context import ContextDocument, SearchIndex
 from memstream.domain.errors import ReadModelDamagedError
-from memstream.domain.session import Session
+from memstream.domain.session import SessionAggregate
 from memstream.projections.ports import (
     PROJECTIONS,
     Difference,
@@ -227,7 +227,7 @@ class SqliteReadModels:
     def identity(self) -> Hashable | None:
         return _identity(self.connection)
 
-    def session_snapshots(self, namespace: str) -> SnapshotSource[Session]:
+    def session_snapshots(self, namespace: str) -> SnapshotSource[SessionAggregate]:
         return SqliteSessionSnapshots(self.reads, namespace)
 
     def document_snapshots(self, namespace: str) -> SnapshotSource[ContextDocument]:

@@ -53,6 +53,7 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_the_cli(tmp_path: Path) -> No
     names = set(zipfile.ZipFile(wheel).namelist())
     for module in (
         "memstream/cli/app.py",
+        "memstream/context/blocks.py",
         "memstream/workers/apps.py",
         "memstream/domain/session.py",
     ):

@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from support.examples import run_on_fresh_stream
 
 from memstream.client import Memstream
+from memstream.context.providers import SearchBlock, StaticContext
 from memstream.domain.context import joined_content
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.system_prompt import ContextBlock, render_system_prompt
 from memstream.domain.tokens import estimate_string_tokens
 from memstream.projections.sqlite.store import SqliteCopy
-from memstream.providers import SearchBlock, StaticContext
 from memstream.session import Session
 from memstream.workers.nats_server import NatsServerProcess
 from memstream.workers.rebuild import verify

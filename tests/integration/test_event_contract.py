@@ -16,7 +16,7 @@ from support.processes import script_json
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import check_actor
-from memstream.domain.session import Session as SessionAggregate
+from memstream.domain.session import SessionAggregate
 from memstream.settings import Settings
 from memstream.workers.codec import H_SCHEMA, CommandMeta, _encode_stored
 from memstream.workers.event_log import OutgoingMessage

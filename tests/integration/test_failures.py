@@ -17,8 +17,7 @@ import pytest
 
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import UnavailableError
-from memstream.domain.session import Session as SessionAggregate
-from memstream.domain.session import session_aggregate_id
+from memstream.domain.session import SessionAggregate, session_aggregate_id
 from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import dead_letters, open_database, tracked_seq
 from memstream.projections.sqlite.store import SqliteCopy

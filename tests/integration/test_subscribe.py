@@ -8,7 +8,7 @@ import pytest
 
 from memstream.client import Memstream
 from memstream.domain.errors import InvalidInputError
-from memstream.domain.session import Session as SessionAggregate
+from memstream.domain.session import SessionAggregate
 
 
 async def test_subscribe_yields_typed_events_of_this_session_only(ms: Memstream) -> None:

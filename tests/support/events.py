@@ -9,7 +9,7 @@ from typing import Any
 from support.messages import msg
 
 from memstream.domain.context import ContextDocument, SearchIndex, document_id
-from memstream.domain.session import Session
+from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
 from memstream.workers.codec import CommandMeta, encode_event
 from memstream.workers.event_log import LogEntry
@@ -18,7 +18,7 @@ from memstream.workers.subjects import subject_for
 
 def every_event() -> list[Any]:
     """One event of every type the domain decides, in the order a session would have them."""
-    session = Session.empty("default", "s")
+    session = SessionAggregate.empty("default", "s")
     events: list[Any] = []
 
     def take(decided: list[Any]) -> None:
@@ -70,7 +70,7 @@ class RecordedLog:
     def __init__(self, namespace: str = "default") -> None:
         self.namespace = namespace
         self.entries: list[LogEntry] = []
-        self._sessions: dict[str, Session] = {}
+        self._sessions: dict[str, SessionAggregate] = {}
         self._documents: dict[str, ContextDocument] = {}
         self._indexes: dict[str, SearchIndex] = {}
         self._records: dict[str, SessionRecord] = {}
@@ -87,9 +87,13 @@ class RecordedLog:
             added.append(entry)
         return added
 
-    def session(self, session_id: str, decide: Callable[[Session], list[Any]]) -> list[LogEntry]:
+    def session(
+        self, session_id: str, decide: Callable[[SessionAggregate], list[Any]]
+    ) -> list[LogEntry]:
         """Decide a command on session ``session_id`` and record its events."""
-        session = self._sessions.setdefault(session_id, Session.empty(self.namespace, session_id))
+        session = self._sessions.setdefault(
+            session_id, SessionAggregate.empty(self.namespace, session_id)
+        )
         events = decide(session)
         for event in events:
             event.mutate(session)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from support.messages import msg
 
 from memstream.domain.errors import MemstreamError
-from memstream.domain.session import OMITTED, Session
+from memstream.domain.session import OMITTED, SessionAggregate
 from memstream.projections.session_writes import project_session_event
 from memstream.projections.sqlite import session_writer
 from memstream.projections.sqlite.checksum import checksum
@@ -39,7 +39,7 @@ steps = st.one_of(
 
 
 def events(program: list[tuple[Any, ...]]) -> list[Any]:
-    session = Session.empty("default", "s")
+    session = SessionAggregate.empty("default", "s")
     decided: list[Any] = []
     for step, action in enumerate(program):
         kind = action[0]

@@ -279,6 +279,18 @@ def test_type_filter_matches_topic_or_class_name() -> None:
     assert EventQuery().matches(event_of(topic))
 
 
+def test_type_filter_knows_the_aggregate_by_its_old_and_new_name() -> None:
+    # Events written before the contract and the rename carry the topic of ``Session``; events
+    # of the contract carry its type; either is found by either name of the class
+    old = "memstream.domain.session:Session.MessageAppended"
+    new = "memstream.domain.session:SessionAggregate.MessageAppended"
+    qualified = ("Session.MessageAppended", "SessionAggregate.MessageAppended")
+    for wanted in ("session.message_appended", *qualified, old, new):
+        for written in (old, new, "session.message_appended"):
+            assert EventQuery(event_type=wanted).matches(event_of(written)), (wanted, written)
+    assert not EventQuery(event_type="Session.MessagesDeleted").matches(event_of(old))
+
+
 def test_since_filter_drops_older_events() -> None:
     now = datetime.now(UTC)
     query = EventQuery(since=now)

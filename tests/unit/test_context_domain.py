@@ -23,7 +23,7 @@ from memstream.domain.context import (
     storage_key,
 )
 from memstream.domain.errors import InvalidInputError
-from memstream.domain.session import Session
+from memstream.domain.session import SessionAggregate
 from memstream.projections.context_writes import project_context_event
 from memstream.projections.sqlite.context_queries import SqliteContextQueries
 from memstream.projections.sqlite.context_writer import apply_context_writes
@@ -181,7 +181,7 @@ def test_search_entries_upsert_and_are_searched_with_the_one_syntax(projected: P
 
 
 def test_prompt_freezes_once_and_refreshes_replace_it(projected: Projected) -> None:
-    session = Session.empty(NS, "chat-1")
+    session = SessionAggregate.empty(NS, "chat-1")
     # When a prompt is frozen, a second freeze decides nothing (the first one wins)
     projected.commit(session, session.freeze_system_prompt("first"))
     assert session.freeze_system_prompt("second") == []
@@ -191,14 +191,14 @@ def test_prompt_freezes_once_and_refreshes_replace_it(projected: Projected) -> N
     assert session.refresh_system_prompt("second") == []
     assert projected.queries.cached_prompt(NS, "chat-1") == "second"
     # An empty prompt is a prompt, not "none"
-    other = Session.empty(NS, "chat-2")
+    other = SessionAggregate.empty(NS, "chat-2")
     projected.commit(other, other.freeze_system_prompt(""))
     assert projected.queries.cached_prompt(NS, "chat-2") == ""
     assert projected.queries.cached_prompt(NS, "chat-3") is None
 
 
 def test_loaded_skills_are_tracked_and_cleared_with_the_messages(projected: Projected) -> None:
-    session = Session.empty(NS, "chat-1")
+    session = SessionAggregate.empty(NS, "chat-1")
     projected.commit(session, session.load_skill("skills", "pirate"))
     projected.commit(session, session.load_skill("skills", "tax"))
     assert session.load_skill("skills", "pirate") == []  # already loaded

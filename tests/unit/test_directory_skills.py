@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from memstream import DirectorySkillProvider
+from memstream.context.skill_files import SkillFolder
 from memstream.domain.errors import InvalidInputError
-from memstream.skill_files import SkillFolder
 
 TAX = "---\ndescription: Tax workflows\n---\nFile the VAT return quarterly.\n"
 BANK = "---\ndescription: Bank reconciliation\n---\nMatch statements to the ledger.\n"

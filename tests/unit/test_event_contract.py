@@ -13,7 +13,7 @@ from support.events import every_event, subject_of
 from support.messages import msg
 
 from memstream.domain.messages import encode_message, normalize_message
-from memstream.domain.session import Session
+from memstream.domain.session import SessionAggregate, session_aggregate_id
 from memstream.workers import event_contract
 from memstream.workers.codec import (
     H_ACTOR,
@@ -50,7 +50,7 @@ def test_every_event_type_has_a_stable_dotted_name_and_round_trips() -> None:
 
 
 def test_a_payload_is_plain_json_with_the_message_nested() -> None:
-    event = Session.empty("default", "s").append_message(msg("m1", "hi"))[0]
+    event = SessionAggregate.empty("default", "s").append_message(msg("m1", "hi"))[0]
     payload, _ = encode_event(event, CommandMeta(), "x")
     data = json.loads(payload)
     assert list(data) == [
@@ -69,7 +69,7 @@ def test_a_payload_is_plain_json_with_the_message_nested() -> None:
 
 
 def test_the_time_is_utc_with_z_and_an_offset_form_still_reads() -> None:
-    event = Session.empty("default", "s").append_message(msg("m1", "hi"))[0]
+    event = SessionAggregate.empty("default", "s").append_message(msg("m1", "hi"))[0]
     payload, headers = encode_event(event, CommandMeta(), "x")
     time = json.loads(payload)["time"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z", time), time
@@ -83,7 +83,7 @@ def test_a_message_event_costs_at_most_1_3_times_its_message_plus_200_bytes() ->
     stored = normalize_message({"id": "msg-0001", "role": "user", "content": text})
     size = len(encode_message(stored).encode())
     assert 500 <= size <= 540
-    event = Session.empty("default", "chat").append_message(stored)[0]
+    event = SessionAggregate.empty("default", "chat").append_message(stored)[0]
     meta = CommandMeta()
     payload, headers = encode_event(event, meta, meta.command_id)
     # What the log stores besides the subject: payload and headers, plus the expected-sequence
@@ -94,7 +94,7 @@ def test_a_message_event_costs_at_most_1_3_times_its_message_plus_200_bytes() ->
 
 
 def test_headers_carry_only_what_the_payload_and_the_message_id_do_not() -> None:
-    event = Session.empty("default", "s").append_message(msg("m1"))[0]
+    event = SessionAggregate.empty("default", "s").append_message(msg("m1"))[0]
     meta = CommandMeta(command_id="cmd-1", actor="agent-7")
     _, headers = encode_event(event, meta, "cmd-1")
     assert headers == {H_SCHEMA: "1", H_MSG_ID: "cmd-1", H_ACTOR: "agent-7"}
@@ -122,9 +122,54 @@ def test_events_written_before_the_contract_are_still_read() -> None:
         assert event_type(payload, headers) == headers[H_TOPIC]
 
 
+def test_events_written_before_the_aggregate_was_renamed_are_still_read() -> None:
+    # Given session events in the stored form, with the topic they had while the aggregate
+    # was called Session
+    meta = CommandMeta()
+    sessions = [e for e in every_event() if isinstance(e, SessionAggregate.Event)]
+    assert len(sessions) == sum(name.startswith("session.") for name in EVENT_TYPES)
+    for event in sessions:
+        payload, headers = _encode_stored(event, meta, meta.command_id)
+        name = type(event).__name__
+        assert headers[H_TOPIC] == f"memstream.domain.session:SessionAggregate.{name}"
+        headers[H_TOPIC] = f"memstream.domain.session:Session.{name}"
+        # When they are read, Then they decode to the renamed class, unchanged
+        decoded = decode_event(payload, headers, subject_of(event))
+        assert type(decoded) is type(event)
+        assert vars(decoded) == vars(event)
+
+
+def test_a_message_as_written_before_the_contract_and_the_rename_is_read() -> None:
+    # Given a message appended before the contract, byte for byte as it was stored
+    headers = {
+        H_TOPIC: "memstream.domain.session:Session.MessageAppended",
+        "Ms-Originator-Id": "922bc512-4695-57a7-bbd1-8db306859979",
+        "Ms-Originator-Version": "1",
+        H_COMMAND_ID: "cmd-1",
+        H_CAUSATION_ID: "cmd-1",
+        H_CORRELATION_ID: "cmd-1",
+        H_ACTOR: "memstream",
+        "Ms-Timestamp": "2026-11-01T10:00:00+00:00",
+        H_MSG_ID: "cmd-1",
+        "Ms-Class-Version": "1",
+    }
+    payload = (
+        b'{"timestamp":{"_type_":"datetime_iso","_data_":"2026-11-01T10:00:00+00:00"},'
+        b'"session_id":"s","message_id":"m1","parent_id":null,'
+        b'"message_json":"{\\"id\\":\\"m1\\",\\"role\\":\\"user\\",\\"parts\\":[]}"}'
+    )
+    # When it is read, Then it is the renamed aggregate's event
+    event: Any = decode_event(payload, headers, SUBJECT)
+    assert type(event) is SessionAggregate.MessageAppended
+    assert (event.session_id, event.message_id, event.parent_id) == ("s", "m1", None)
+    assert event.message_json == '{"id":"m1","role":"user","parts":[]}'
+    assert event.originator_id == session_aggregate_id("default", "s")
+    assert event_type(payload, headers) == headers[H_TOPIC]
+
+
 def test_what_is_not_an_event_of_the_contract_is_refused() -> None:
     good, headers = encode_event(
-        Session.empty("default", "s").append_message(msg("m1"))[0], CommandMeta(), "x"
+        SessionAggregate.empty("default", "s").append_message(msg("m1"))[0], CommandMeta(), "x"
     )
     data = json.loads(good)
     cases: list[tuple[bytes, str]] = [
@@ -145,7 +190,7 @@ def test_what_is_not_an_event_of_the_contract_is_refused() -> None:
 
 def test_a_later_contract_version_upcasts_older_payloads(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a contract version 2 that renamed a field of session.skill_loaded
-    event = Session.empty("default", "s").load_skill("docs", "a")[0]
+    event = SessionAggregate.empty("default", "s").load_skill("docs", "a")[0]
     payload, headers = encode_event(event, CommandMeta(), "x")
 
     def rename(data: dict[str, Any]) -> dict[str, Any]:
@@ -158,7 +203,7 @@ def test_a_later_contract_version_upcasts_older_payloads(monkeypatch: pytest.Mon
     assert vars(decode_event(payload, headers, subject_of(event))) == vars(event)
     # And a type without an upcaster is refused, not misread
     other, _ = encode_event(
-        Session.empty("default", "s").load_skill("docs", "b")[0], CommandMeta(), "y"
+        SessionAggregate.empty("default", "s").load_skill("docs", "b")[0], CommandMeta(), "y"
     )
     monkeypatch.delitem(event_contract.UPCASTERS, ("session.skill_loaded", 1))
     with pytest.raises(EventContractError, match="no upcaster"):
@@ -176,7 +221,7 @@ def test_a_payload_laid_out_otherwise_reads_the_same() -> None:
         }
         for n in range(3)
     ]
-    session = Session.empty("default", "s")
+    session = SessionAggregate.empty("default", "s")
     single = session.append_message(tricky[0])[0]
     single.mutate(session)
     chain = session.append_messages(tricky[1:])[0]

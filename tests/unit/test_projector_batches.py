@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from support.messages import msg
 
-from memstream.domain.session import Session
+from memstream.domain.session import SessionAggregate
 from memstream.projections.ports import ProjectorStats
 from memstream.projections.session_writes import project_session_event
 from memstream.projections.sqlite.batches import (
@@ -42,10 +42,12 @@ class Log:
 
     def __init__(self) -> None:
         self.entries: list[LogEntry] = []
-        self.sessions: dict[str, Session] = {}
+        self.sessions: dict[str, SessionAggregate] = {}
 
-    def command(self, session_id: str, decide: Callable[[Session], list[Any]]) -> None:
-        session = self.sessions.setdefault(session_id, Session.empty(NAMESPACE, session_id))
+    def command(self, session_id: str, decide: Callable[[SessionAggregate], list[Any]]) -> None:
+        session = self.sessions.setdefault(
+            session_id, SessionAggregate.empty(NAMESPACE, session_id)
+        )
         for event in decide(session):
             event.mutate(session)
             payload, headers = encode_event(event, CommandMeta(), "id")
@@ -294,7 +296,7 @@ def test_a_stopped_checkpointer_ends_its_thread(tmp_path: Path) -> None:
 def test_apply_session_writes_without_rows_writes_its_search_rows_itself(
     database: sqlite3.Connection,
 ) -> None:
-    session = Session.empty(NAMESPACE, "s")
+    session = SessionAggregate.empty(NAMESPACE, "s")
     database.execute("BEGIN")
     for seq, event in enumerate(session.append_messages([msg("m1", "kiwi")]), start=1):
         apply_session_writes(database, project_session_event(NAMESPACE, seq, event))

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from memstream.domain.errors import ReadModelDamagedError, UnavailableError
-from memstream.domain.session import Session
+from memstream.domain.session import SessionAggregate
 from memstream.projections.session_writes import project_session_event
 from memstream.projections.sqlite.damage import file_identity, is_damage, move_aside
 from memstream.projections.sqlite.database import (
@@ -43,7 +43,7 @@ def write_read_model(path: Path, messages: int = 600, sessions: int = 3) -> None
     connection.execute("BEGIN")
     for n in range(messages):
         session_id = f"s{n % sessions}"
-        session = Session.empty("default", session_id)
+        session = SessionAggregate.empty("default", session_id)
         for event in session.append_messages(
             [{"id": f"m{n}", "role": "user", "parts": [{"type": "text", "text": f"{n} " * 200}]}],
             None,

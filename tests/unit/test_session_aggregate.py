@@ -18,9 +18,9 @@ from support.messages import msg
 
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError
 from memstream.domain.limits import BATCH_MAX_MESSAGES, MESSAGE_MAX_BYTES
-from memstream.domain.session import OMITTED, Session
+from memstream.domain.session import OMITTED, SessionAggregate
 
-Decision = Callable[[Session], Sequence[Session.Event]]
+Decision = Callable[[SessionAggregate], Sequence[SessionAggregate.Event]]
 
 
 class Scenario:
@@ -34,8 +34,8 @@ class Scenario:
         self.mapper: Mapper[Any] = Mapper(transcoder=transcoder)
         self.recorder = POPOAggregateRecorder()
 
-    def load(self) -> Session:
-        session = Session.empty("default", self.session_id)
+    def load(self) -> SessionAggregate:
+        session = SessionAggregate.empty("default", self.session_id)
         for stored in self.recorder.select_events(session.id):
             self.mapper.to_domain_event(stored).mutate(session)
         return session
@@ -45,7 +45,7 @@ class Scenario:
             events = decide(self.load())
             self.recorder.insert_events([self.mapper.to_stored_event(e) for e in events])
 
-    def when(self, decide: Decision) -> list[Session.Event]:
+    def when(self, decide: Decision) -> list[SessionAggregate.Event]:
         """Decide on the current state; the events are recorded, as the log would."""
         events = list(decide(self.load()))
         self.recorder.insert_events([self.mapper.to_stored_event(e) for e in events])
@@ -71,7 +71,7 @@ def test_first_append_is_a_root(scenario: Scenario) -> None:
     # Then one MessageAppended with no parent is decided, carrying the canonical JSON
     assert len(events) == 1
     event = events[0]
-    assert isinstance(event, Session.MessageAppended)
+    assert isinstance(event, SessionAggregate.MessageAppended)
     assert (event.session_id, event.message_id, event.parent_id) == ("chat", "m1", None)
     assert event.message_json == (
         '{"id":"m1","role":"user","parts":[{"type":"text","text":"m message m1"}]}'
@@ -85,7 +85,7 @@ def test_omitted_parent_attaches_to_latest_leaf(scenario: Scenario) -> None:
     # When m3 is appended with the parent omitted
     (event,) = scenario.when(append("m3"))
     # Then its parent is the latest leaf m2
-    assert isinstance(event, Session.MessageAppended)
+    assert isinstance(event, SessionAggregate.MessageAppended)
     assert event.parent_id == "m2"
 
 
@@ -95,7 +95,7 @@ def test_parent_none_starts_a_new_root(scenario: Scenario) -> None:
     # When m3 is appended with parent_id=None
     (event,) = scenario.when(append("m3", None))
     # Then m3 is a root and becomes the latest leaf
-    assert isinstance(event, Session.MessageAppended)
+    assert isinstance(event, SessionAggregate.MessageAppended)
     assert event.parent_id is None
     assert scenario.load().latest_leaf == "m3"
 
@@ -106,7 +106,7 @@ def test_explicit_parent_branches_and_the_branch_becomes_latest_leaf(scenario: S
     # When m2b is appended under m1
     (event,) = scenario.when(append("m2b", "m1"))
     # Then it is a sibling of m2 and the newest childless message
-    assert isinstance(event, Session.MessageAppended)
+    assert isinstance(event, SessionAggregate.MessageAppended)
     assert event.parent_id == "m1"
     state = scenario.load()
     assert state.latest_leaf == "m2b"
@@ -159,7 +159,7 @@ def test_message_without_id_gets_one_and_chat_style_content_becomes_a_text_part(
     # When a chat-style message without id is appended
     (event,) = scenario.when(lambda s: s.append_message({"role": "user", "content": "Hi"}))
     # Then it gets a fresh id and one text part
-    assert isinstance(event, Session.MessageAppended)
+    assert isinstance(event, SessionAggregate.MessageAppended)
     assert event.message_id
     assert event.message_json == (
         f'{{"id":"{event.message_id}","role":"user","parts":[{{"type":"text","text":"Hi"}}]}}'
@@ -171,7 +171,7 @@ def test_extra_fields_are_kept_verbatim(scenario: Scenario) -> None:
     message = {**msg("m1"), "metadata": {"k": [1, 2]}, "created_at": "2024-01-01T00:00:00Z"}
     (event,) = scenario.when(lambda s: s.append_message(message))
     # Then the canonical JSON keeps them
-    assert isinstance(event, Session.MessageAppended)
+    assert isinstance(event, SessionAggregate.MessageAppended)
     assert '"metadata":{"k":[1,2]}' in event.message_json
     assert '"created_at":"2024-01-01T00:00:00Z"' in event.message_json
 
@@ -214,7 +214,7 @@ def test_message_size_limit_is_on_the_canonical_json(scenario: Scenario) -> None
     overhead = len('{"id":"big","role":"user","parts":[{"type":"text","text":""}]}')
     # When a message of exactly 1 MiB of JSON is appended, it is accepted
     (event,) = scenario.when(append("big", text="x" * (MESSAGE_MAX_BYTES - overhead)))
-    assert isinstance(event, Session.MessageAppended)
+    assert isinstance(event, SessionAggregate.MessageAppended)
     assert len(event.message_json.encode()) == MESSAGE_MAX_BYTES
     # And one byte more (a two-byte character replacing one byte) is refused
     with pytest.raises(InvalidInputError, match=r"1048577 bytes of JSON; the limit is 1048576"):
@@ -230,7 +230,7 @@ def test_append_messages_is_one_event_chaining_each_message(scenario: Scenario) 
     # When three messages are appended as a chain
     (event,) = scenario.when(lambda s: s.append_messages([msg("a"), msg("b"), msg("c")]))
     # Then one MessagesAppended event chains them from the latest leaf
-    assert isinstance(event, Session.MessagesAppended)
+    assert isinstance(event, SessionAggregate.MessagesAppended)
     assert [(e["message_id"], e["parent_id"]) for e in event.entries] == [
         ("a", "m0"),
         ("b", "a"),
@@ -247,7 +247,7 @@ def test_append_messages_skips_existing_ids_and_continues_from_them(scenario: Sc
         lambda s: s.append_messages([msg("a"), msg("b"), msg("b", "dup"), msg("c")], "m0")
     )
     # Then "a" is skipped (existing), the second "b" too, and the chain continues from them
-    assert isinstance(event, Session.MessagesAppended)
+    assert isinstance(event, SessionAggregate.MessagesAppended)
     assert [(e["message_id"], e["parent_id"]) for e in event.entries] == [("b", "a"), ("c", "b")]
 
 
@@ -273,7 +273,7 @@ def test_append_messages_limits(scenario: Scenario) -> None:
     # Then nothing was decided; exactly 500 is fine
     assert scenario.load().version == 0
     (event,) = scenario.when(lambda s: s.append_messages(too_many[:BATCH_MAX_MESSAGES]))
-    assert isinstance(event, Session.MessagesAppended)
+    assert isinstance(event, SessionAggregate.MessagesAppended)
     assert len(event.entries) == BATCH_MAX_MESSAGES
 
 
@@ -286,7 +286,7 @@ def test_update_of_existing_message(scenario: Scenario) -> None:
     # When it is updated
     (event,) = scenario.when(lambda s: s.update_message(msg("m1", "new")))
     # Then MessageUpdated carries the new JSON; the tree is unchanged
-    assert isinstance(event, Session.MessageUpdated)
+    assert isinstance(event, SessionAggregate.MessageUpdated)
     assert event.message_id == "m1"
     assert '"text":"new"' in event.message_json
     assert scenario.load().messages.added() == {"m1": None}
@@ -310,7 +310,7 @@ def test_delete_ignores_unknown_and_duplicate_ids(scenario: Scenario) -> None:
     # When ids with unknowns, duplicates and non-strings are deleted
     (event,) = scenario.when(lambda s: s.delete_messages(["nope", "m2", "m2", 3, None]))
     # Then only the existing id is deleted, once
-    assert isinstance(event, Session.MessagesDeleted)
+    assert isinstance(event, SessionAggregate.MessagesDeleted)
     assert event.message_ids == ["m2"]
     # And deleting only unknown ids decides nothing
     assert scenario.when(lambda s: s.delete_messages(["nope"])) == []
@@ -336,7 +336,7 @@ def test_deleting_the_tip_makes_its_parent_the_latest_leaf(scenario: Scenario) -
     # Then m1 is the latest leaf and the next omitted-parent append goes under it
     assert scenario.load().latest_leaf == "m1"
     (event,) = scenario.when(append("m3"))
-    assert isinstance(event, Session.MessageAppended)
+    assert isinstance(event, SessionAggregate.MessageAppended)
     assert event.parent_id == "m1"
 
 
@@ -362,7 +362,7 @@ def test_reappending_a_deleted_id_under_its_descendant_is_refused(scenario: Scen
         scenario.when(lambda s: s.append_messages([msg("x"), msg("m1")], "m2"))
     # But under m0 it is a fine re-append, and m2 hangs under it again
     (event,) = scenario.when(append("m1", "m0"))
-    assert isinstance(event, Session.MessageAppended)
+    assert isinstance(event, SessionAggregate.MessageAppended)
     assert scenario.load().latest_leaf == "m2"
 
 
@@ -372,11 +372,11 @@ def test_clear_forgets_every_message(scenario: Scenario) -> None:
     # When the session is cleared
     (event,) = scenario.when(lambda s: s.clear_messages())
     # Then MessagesCleared, and ids can be used again as new roots
-    assert isinstance(event, Session.MessagesCleared)
+    assert isinstance(event, SessionAggregate.MessagesCleared)
     state = scenario.load()
     assert (state.messages.added(), state.latest_leaf) == ({}, None)
     (again,) = scenario.when(append("m1"))
-    assert isinstance(again, Session.MessageAppended)
+    assert isinstance(again, SessionAggregate.MessageAppended)
     assert again.parent_id is None
 
 
@@ -390,8 +390,8 @@ def test_add_compaction_decides_an_overlay_with_a_fresh_id(scenario: Scenario) -
     (first,) = scenario.when(lambda s: s.add_compaction("summary", "m0", "m1"))
     (second,) = scenario.when(lambda s: s.add_compaction("", "ghost", "m1"))
     # Then each is a CompactionAdded with its own id
-    assert isinstance(first, Session.CompactionAdded)
-    assert isinstance(second, Session.CompactionAdded)
+    assert isinstance(first, SessionAggregate.CompactionAdded)
+    assert isinstance(second, SessionAggregate.CompactionAdded)
     assert (first.summary, first.from_message_id, first.to_message_id) == ("summary", "m0", "m1")
     assert first.compaction_id != second.compaction_id
     assert scenario.load().version == 4

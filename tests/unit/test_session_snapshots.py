@@ -23,7 +23,7 @@ from support.memory_log import MemoryLog
 from support.messages import msg
 
 from memstream.domain.errors import MemstreamError
-from memstream.domain.session import OMITTED, Session
+from memstream.domain.session import OMITTED, SessionAggregate
 from memstream.projections.ports import ProjectorStats
 from memstream.projections.sqlite.batches import SessionProjection, apply_batch
 from memstream.projections.sqlite.database import drop_projection, open_database
@@ -35,7 +35,7 @@ NAMESPACE = "default"
 SESSIONS = ("s1", "s2")
 IDS = tuple(f"m{i}" for i in range(8))
 SKILLS = (("docs", "a"), ("docs", "b"), ("notes", "a"))
-Decide = Callable[[Session], Sequence[Session.Event]]
+Decide = Callable[[SessionAggregate], Sequence[SessionAggregate.Event]]
 
 
 def _subject(name: str) -> str:
@@ -122,17 +122,17 @@ class World:
         self.projected = 0
         self.store = self._store()
 
-    def _store(self) -> AggregateStore[Session]:
+    def _store(self) -> AggregateStore[SessionAggregate]:
         return AggregateStore(
             self.log,
-            lambda key: Session.empty(NAMESPACE, key),
+            lambda key: SessionAggregate.empty(NAMESPACE, key),
             snapshots=SqliteSessionSnapshots(self.reader, NAMESPACE),
             cache_size=1,  # two sessions: every switch evicts
         )
 
-    def replay(self, name: str) -> Session:
+    def replay(self, name: str) -> SessionAggregate:
         """The session replayed from its subject's first event (the reference)."""
-        return self.log.replay(_subject(name), Session.empty(NAMESPACE, name))
+        return self.log.replay(_subject(name), SessionAggregate.empty(NAMESPACE, name))
 
     def project(self, count: int) -> None:
         entries = self.log.entries[self.projected : self.projected + count]
@@ -174,7 +174,7 @@ class World:
         self.reader.close()
 
 
-def _state(s: Session) -> tuple[Any, ...]:
+def _state(s: SessionAggregate) -> tuple[Any, ...]:
     probe = (*IDS, "absent")
     return (
         s.version,

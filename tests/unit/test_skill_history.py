@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memstream.context_state import reclaimed, skills_in_history
+from memstream.context.state import reclaimed, skills_in_history
 
 
 def tool_part(

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError
 from memstream.domain.messages import decode_message, searchable_text
-from memstream.domain.session import OMITTED, Session
+from memstream.domain.session import OMITTED, SessionAggregate
 from memstream.projections.recent_history import recent_window
 from memstream.projections.session_writes import (
     BATCH_SLOTS,
@@ -52,18 +52,18 @@ class Store:
         self.connection = sqlite3.connect(":memory:", isolation_level=None)
         migrate(self.connection)
         self.queries = SqliteSessionQueries(self.connection)
-        self.sessions: dict[tuple[str, str], Session] = {}
+        self.sessions: dict[tuple[str, str], SessionAggregate] = {}
         self.seq = 0
 
-    def session(self, session_id: str, namespace: str = NS) -> Session:
+    def session(self, session_id: str, namespace: str = NS) -> SessionAggregate:
         key = (namespace, session_id)
         if key not in self.sessions:
-            self.sessions[key] = Session.empty(namespace, session_id)
+            self.sessions[key] = SessionAggregate.empty(namespace, session_id)
         return self.sessions[key]
 
     def do(
         self,
-        decide: Callable[[Session], Sequence[Session.Event]],
+        decide: Callable[[SessionAggregate], Sequence[SessionAggregate.Event]],
         session_id: str = "s",
         namespace: str = NS,
     ) -> None:
@@ -1011,7 +1011,7 @@ def test_path_totals_equal_the_walked_paths_after_any_commands(
         # change sizes, deletes of tips and interiors, and clears
         for command in program:
             kind = command[0]
-            decide: Callable[[Session], Sequence[Session.Event]]
+            decide: Callable[[SessionAggregate], Sequence[SessionAggregate.Event]]
             if kind == "append":
                 _, message_id, parent, size = command
                 message = msg(message_id, "x" * size)

@@ -15,10 +15,13 @@ import logging
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
+from memstream.context.ports import MemstreamPort
+from memstream.context.skill_files import SkillFolder
 from memstream.domain.context import (
     ENTRY_KEY_MAX_CHARS,
+    ContextDocument,
     check_content,
     check_key,
     check_label,
@@ -26,10 +29,7 @@ from memstream.domain.context import (
 )
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import check_chars, require_str, search_query
-from memstream.skill_files import SkillFolder
-
-if TYPE_CHECKING:
-    from memstream.client import Memstream
+from memstream.workers.aggregate_store import Decided
 
 logger = logging.getLogger(__name__)
 
@@ -63,14 +63,14 @@ def is_searchable(provider: object) -> bool:
 class LogBacked:
     """A built-in provider that stores through a memstream's log (bound by the session)."""
 
-    _ms: Memstream | None = None
+    _ms: MemstreamPort | None = None
 
-    def attach(self, ms: Memstream) -> None:
+    def attach(self, ms: MemstreamPort) -> None:
         """Bind to the memstream of the session that uses this provider."""
         self._ms = ms
 
     @property
-    def ms(self) -> Memstream:
+    def ms(self) -> MemstreamPort:
         if self._ms is None:
             raise InvalidInputError(
                 f"{type(self).__name__} is not attached to a session; pass it to with_context()"
@@ -114,15 +114,16 @@ class StoredBlock(LogBacked):
 
     async def append(self, content: str) -> str:
         """Append on the log's current content (not a possibly stale read); returns the result."""
-        result: list[str] = []
 
-        def decide(document: Any) -> Any:
+        def decide(document: ContextDocument) -> Decided[str]:
             events = document.append(content, self.max_tokens)
-            result[:] = [events[-1].content if events else document.content or ""]
-            return events
+            if not events:  # the same content again
+                return Decided(events, document.content or "")
+            return Decided(events, cast("ContextDocument.ContextBlockWritten", events[-1]).content)
 
-        await self.ms.command(self.ms.blocks, "block", self._identity, decide)
-        return result[0]
+        result = await self.ms.command(self.ms.blocks, "block", self._identity, decide)
+        assert result.value is not None  # decide always decides one
+        return result.value
 
 
 class SearchBlock(LogBacked):
@@ -195,9 +196,9 @@ class DirectorySkillProvider:
     When several files share a key (``a.md``, ``a.txt``), the first suffix of ``.md``,
     ``.markdown``, ``.txt`` wins, for the listing and for ``load`` alike.
 
-    Skills never leave the folder (:mod:`memstream.skill_files`): a file or folder whose real
-    path is outside it (a symbolic link to ``/etc/passwd``, say) is not listed, ``load`` refuses
-    it, and ``set`` writes through no link at all.
+    Skills never leave the folder (:mod:`memstream.context.skill_files`): a file or folder whose
+    real path is outside it (a symbolic link to ``/etc/passwd``, say) is not listed, ``load``
+    refuses it, and ``set`` writes through no link at all.
     """
 
     def __init__(self, path: str | Path, keys: Iterable[str] | None = None) -> None:

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from memstream.context_blocks import BlockConfig, ContextBlocks, PromptStore, ProviderPromptStore
-from memstream.context_state import SessionPromptStore, SessionSkillLog, reclaimed
+from memstream.context.blocks import BlockConfig, ContextBlocks, PromptStore, ProviderPromptStore
+from memstream.context.ports import SessionPort
+from memstream.context.providers import LogBacked, StoredBlock, is_skill
+from memstream.context.state import SessionPromptStore, SessionSkillLog, reclaimed
 from memstream.domain.context import check_content, check_label
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import check_int
 from memstream.domain.system_prompt import ContextBlock
-from memstream.providers import LogBacked, StoredBlock, is_skill
-
-if TYPE_CHECKING:
-    from memstream.session import Session
 
 
 def block_config(
@@ -38,7 +36,7 @@ class SessionContext:
     one gets the built-in block of this session), restores loaded skills and creates the
     :class:`ContextBlocks`."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionPort) -> None:
         self._session = session
         self._configs: list[BlockConfig] = []
         self._cached_prompt = False

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from memstream.context_blocks import ContextBlocks
+from memstream.context.blocks import ContextBlocks
 from memstream.domain.entry_keys import entry_key
 from memstream.domain.errors import InvalidInputError, MemstreamError
 from memstream.domain.tool_specs import (

@@ -8,17 +8,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from memstream.domain.context import check_content, check_max_tokens, joined_content
-from memstream.domain.errors import InvalidInputError, NotFoundError
-from memstream.domain.limits import utf8_size
-from memstream.domain.system_prompt import ContextBlock, render_system_prompt
-from memstream.providers import (
+from memstream.context.providers import (
     StoredBlock,
     call,
     is_searchable,
     is_skill,
     is_writable,
 )
+from memstream.domain.context import check_content, check_max_tokens, joined_content
+from memstream.domain.errors import InvalidInputError, NotFoundError
+from memstream.domain.limits import utf8_size
+from memstream.domain.system_prompt import ContextBlock, render_system_prompt
 
 logger = logging.getLogger(__name__)
 

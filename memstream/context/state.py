@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from memstream.context.ports import SessionPort
+from memstream.domain.session import SessionAggregate
 from memstream.domain.tool_specs import LOAD_CONTEXT, UNLOAD_CONTEXT, skill_unloaded_marker
-
-if TYPE_CHECKING:
-    from memstream.session import Session
+from memstream.workers.aggregate_store import Decided
 
 
 class SessionPromptStore:
     """The built-in cached prompt: ``SystemPromptFrozen`` events on the session's subject."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionPort) -> None:
         self.session = session
 
     async def get(self) -> str | None:
@@ -25,17 +25,16 @@ class SessionPromptStore:
         return ms.context_queries.cached_prompt(ms.namespace, self.session.session_id)
 
     async def freeze(self, prompt: str) -> str:
-        winner: list[str] = []
-
-        def decide(aggregate: Any) -> Any:
+        def decide(aggregate: SessionAggregate) -> Decided[str]:
             # The first freeze wins: a concurrent one elsewhere makes ours a no-op.
-            winner[:] = [prompt if aggregate.frozen_prompt is None else aggregate.frozen_prompt]
-            return aggregate.freeze_system_prompt(prompt)
+            winner = prompt if aggregate.frozen_prompt is None else aggregate.frozen_prompt
+            return Decided(aggregate.freeze_system_prompt(prompt), winner)
 
-        await self.session.memstream.session_command(
+        result = await self.session.memstream.session_command(
             self.session.session_id, decide, self.session.command_meta()
         )
-        return winner[0]
+        assert result.value is not None  # decide always decides one
+        return result.value
 
     async def refresh(self, prompt: str) -> None:
         await self.session.memstream.session_command(
@@ -48,7 +47,7 @@ class SessionPromptStore:
 class SessionSkillLog:
     """Loaded skills as ``SkillLoaded``/``SkillUnloaded`` events on the session's subject."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionPort) -> None:
         self.session = session
 
     async def loaded(self) -> list[str]:
