@@ -89,19 +89,21 @@ def extractive_summary(prompt: str, default_budget: int = DEFAULT_BUDGET) -> str
     sentences = [s for s in _sentences(turns) if s.terms]
     frequency = Counter(term for s in sentences for term in set(s.terms))
 
-    topic = previous.get("Topic") or [_topic(sentences, frequency)]
+    opening = _opening(sentences)
+    topic = previous.get("Topic") or [_topic(opening, frequency)]
     kept = previous.get("Key Points", [])
-    opened = _dedupe([*previous.get("Open Items", []), *_open_items(sentences)])
-    ranked = _ranked(sentences, frequency, exclude={_normal(line) for line in kept + opened})
+    news = [s for s in sentences if s is not opening]  # the topic is said once
+    opened = _dedupe([*previous.get("Open Items", []), *_open_items(news)])
+    ranked = _ranked(news, frequency, exclude={_normal(line) for line in kept + opened})
 
     # Lines by priority while the budget lasts; each section then reads in conversation order
     # (lines kept from the previous summary first).
     candidates: list[tuple[str, int, str]] = [
         *(("Key Points", order - len(kept), line) for order, line in enumerate(kept)),
         *(("Key Points", s.position, _bullet(s.text)) for s in ranked[:LEADING_POINTS]),
+        *(("Key Points", len(sentences), line) for line in _tool_point(turns)),
         *(("Current State", order, line) for order, line in enumerate(_current_state(turns))),
         *(("Open Items", order, line) for order, line in reversed(list(enumerate(opened)))),
-        *(("Key Points", len(sentences), line) for line in _tool_point(turns)),
         *(("Key Points", s.position, _bullet(s.text)) for s in ranked[LEADING_POINTS:]),
     ]
     summary = _Summary(budget, topic[:1])
@@ -233,11 +235,15 @@ def _is_hint(line: str) -> bool:
     return line.startswith("[") and line.endswith("]")
 
 
-def _topic(sentences: list[_Sentence], frequency: Counter[str]) -> str:
-    opening = next(
+def _opening(sentences: list[_Sentence]) -> _Sentence | None:
+    """The first user sentence of substance (else the first sentence): what it is about."""
+    return next(
         (s for s in sentences if s.role == "user" and len(s.terms) >= 2),
         sentences[0] if sentences else None,
     )
+
+
+def _topic(opening: _Sentence | None, frequency: Counter[str]) -> str:
     keywords = [term for term, _ in sorted(frequency.items(), key=lambda kv: (-kv[1], kv[0]))]
     parts = [opening.text] if opening is not None else []
     if keywords:

@@ -70,13 +70,13 @@ class OpenAICompatibleSummarizer:
         backoff: float = 0.5,
         max_backoff: float = 10.0,
     ) -> None:
+        if api_key is not None:
+            require_str("api_key", api_key)
         self._url = _endpoint(base_url)
-        self._secrets = [s for s in [api_key, *url_secrets(base_url)] if s]
+        self._secrets = [s for s in [api_key, *url_secrets(self._url)] if s]
         self._shown_url = redact(self._url, self._secrets)
         if not require_str("model", model).strip():
             raise InvalidInputError("model must not be empty")
-        if api_key is not None:
-            require_str("api_key", api_key)
         self._model = model
         self._api_key = api_key
         self._timeout = _seconds("timeout", timeout, minimum_exclusive=True)
