@@ -94,6 +94,7 @@ class OpenAICompatibleSummarizer:
             UnavailableError: the endpoint failed after the retries, refused the request, or
                 answered with something other than a chat completion.
         """
+        require_str("prompt", prompt)
         body = {"model": self._model, "messages": [{"role": "user", "content": prompt}]}
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
@@ -229,7 +230,9 @@ class ExtractiveSummarizer:
     Answers a compaction prompt with its four sections (Topic, Key Points, Current State, Open
     Items) built from the conversation's own sentences: the most salient by term frequency, the
     last turns, questions and announced next steps; an update keeps the previous summary's
-    points. Deterministic, fast, offline, and within the prompt's token target.
+    points. Deterministic, fast, offline, and within the prompt's token target (any target
+    of 30 tokens or more; the four headings alone take about 25, and a compaction asks for at
+    least 100).
 
     Args:
         default_budget: the token target for a prompt that states none.

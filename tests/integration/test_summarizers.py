@@ -250,6 +250,13 @@ async def test_an_answer_that_is_no_completion_is_a_clear_error(
     assert len(server.requests) == 1
 
 
+async def test_a_prompt_must_be_text(llm: Any) -> None:
+    server = await llm(completion("ok"))
+    with pytest.raises(InvalidInputError, match="prompt must be a string, not int"):
+        await fast(server.url())(42)  # type: ignore[arg-type]
+    assert server.requests == []
+
+
 async def test_an_empty_content_is_returned_as_is(llm: Any) -> None:
     server = await llm(completion(""))
     assert await fast(server.url())("p") == ""
