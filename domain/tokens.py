@@ -33,19 +33,24 @@ def estimate_string_tokens(text: str) -> int:
     return math.ceil(max(utf16_length(text) / 4, words * 1.3))
 
 
+def compact_json(value: object) -> str:
+    """``JSON.stringify(value)``: compact JSON, non-ASCII kept; ``str(value)`` if not JSON."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
+
+
 def _estimate_value(value: Any) -> int:
     if value is None:
         return 0
     if isinstance(value, str):
         return estimate_string_tokens(value)
-    try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = str(value)
-    return estimate_string_tokens(text)
+    return estimate_string_tokens(compact_json(value))
 
 
-def _is_tool_part(part_type: object) -> bool:
+def is_tool_type(part_type: object) -> bool:
+    """True for a tool part's ``type``: ``tool-*`` or ``dynamic-tool`` (spec §1.1)."""
     return isinstance(part_type, str) and (
         part_type.startswith("tool-") or part_type == "dynamic-tool"
     )
@@ -63,7 +68,7 @@ def estimate_message_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
             if kind in ("text", "reasoning"):
                 text = part.get("text")
                 total += _estimate_value(text if text is not None else part.get("reasoning"))
-            elif _is_tool_part(kind):
+            elif is_tool_type(kind):
                 output = part.get("output")
                 total += _estimate_value(part.get("input"))
                 total += _estimate_value(output if output is not None else part.get("result"))

@@ -1,6 +1,7 @@
 """memstream: an event-sourced memory platform for AI agents (sessions and agent memory)."""
 
 from memstream.client import Memstream, connect
+from memstream.compaction import CompactResult, create_compact_function
 from memstream.context.providers import DirectorySkillProvider, SearchBlock, StaticContext
 from memstream.context.tools import Tool, ToolSet
 from memstream.domain.errors import (
@@ -21,18 +22,26 @@ from memstream.domain.tokens import estimate_message_tokens, estimate_string_tok
 from memstream.projections.recent_history import RecentHistory
 from memstream.session import Session
 from memstream.settings import Settings
+from memstream.summarizers import (
+    ExtractiveSummarizer,
+    OpenAICompatibleSummarizer,
+    summarizer_from_settings,
+)
 
 __all__ = [
     "COMPACTION_PREFIX",
+    "CompactResult",
     "ConcurrencyError",
     "ContextBlock",
     "DirectorySkillProvider",
+    "ExtractiveSummarizer",
     "IncompatibleServerError",
     "InvalidInputError",
     "Memstream",
     "MemstreamError",
     "MessageNotFoundError",
     "NotFoundError",
+    "OpenAICompatibleSummarizer",
     "ProjectionLagError",
     "ProjectorRunningError",
     "ReadModelDamagedError",
@@ -45,7 +54,9 @@ __all__ = [
     "ToolSet",
     "UnavailableError",
     "connect",
+    "create_compact_function",
     "estimate_message_tokens",
     "estimate_string_tokens",
     "is_compaction_message",
+    "summarizer_from_settings",
 ]
