@@ -39,6 +39,10 @@ class ReadModelDamagedError(UnavailableError):
         self.reason = message if reason is None else reason
 
 
+class CompactionNotConfiguredError(MemstreamError, RuntimeError):
+    """``compact()`` was called on a session with no compaction function (``on_compaction``)."""
+
+
 class ProjectorRunningError(MemstreamError):
     """A projector already runs for this read-model copy (one copy never has two)."""
 

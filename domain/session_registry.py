@@ -64,6 +64,7 @@ class SessionRecord(Aggregate):
         model: str | None
         source: str | None
         parent_session_id: str | None
+        forked_from_message_id: str | None
 
         def apply(self, aggregate: Any) -> None:
             aggregate.exists = True
@@ -122,6 +123,18 @@ class SessionRecord(Aggregate):
         record.end_reason = None
         return record
 
+    @classmethod
+    def restore(cls, namespace: str, session_id: str, version: int, **state: Any) -> SessionRecord:
+        """The record as a snapshot holds it after its event ``version`` (a registered
+        session's fields: name, model, source, parent_session_id, input_tokens, output_tokens,
+        cost, end_reason)."""
+        record = cls.empty(namespace, session_id)
+        record.version = version
+        record.exists = True
+        for name, value in state.items():
+            setattr(record, name, value)
+        return record
+
     def _require(self) -> None:
         if not self.exists:
             raise NotFoundError(f"session {self.session_id!r} is not registered")
@@ -133,8 +146,10 @@ class SessionRecord(Aggregate):
         model: object = None,
         source: object = None,
         parent_session_id: str | None = None,
+        forked_from_message_id: str | None = None,
     ) -> list[Aggregate.Event]:
-        """Decide the registration of the session (refused when it is registered already)."""
+        """Decide the registration of the session (refused when it is registered already);
+        a fork names the session and message it was forked from."""
         if self.exists:
             raise InvalidInputError(f"session {self.session_id!r} is registered already")
         return [
@@ -146,6 +161,7 @@ class SessionRecord(Aggregate):
                 model=check_label("model", model),
                 source=check_label("source", source),
                 parent_session_id=parent_session_id,
+                forked_from_message_id=forked_from_message_id,
             )
         ]
 

@@ -5,6 +5,7 @@ from memstream.compaction import CompactResult, create_compact_function
 from memstream.context.providers import DirectorySkillProvider, SearchBlock, StaticContext
 from memstream.context.tools import Tool, ToolSet
 from memstream.domain.errors import (
+    CompactionNotConfiguredError,
     ConcurrencyError,
     IncompatibleServerError,
     InvalidInputError,
@@ -21,6 +22,7 @@ from memstream.domain.system_prompt import ContextBlock
 from memstream.domain.tokens import estimate_message_tokens, estimate_string_tokens
 from memstream.projections.recent_history import RecentHistory
 from memstream.session import Session
+from memstream.session_manager import SessionManager
 from memstream.settings import Settings
 from memstream.summarizers import (
     ExtractiveSummarizer,
@@ -31,6 +33,7 @@ from memstream.summarizers import (
 __all__ = [
     "COMPACTION_PREFIX",
     "CompactResult",
+    "CompactionNotConfiguredError",
     "ConcurrencyError",
     "ContextBlock",
     "DirectorySkillProvider",
@@ -48,6 +51,7 @@ __all__ = [
     "RecentHistory",
     "SearchBlock",
     "Session",
+    "SessionManager",
     "Settings",
     "StaticContext",
     "Tool",

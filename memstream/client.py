@@ -21,7 +21,9 @@ from memstream.domain.errors import (
 )
 from memstream.domain.limits import check_actor, check_namespace, check_session_id
 from memstream.domain.session import SessionAggregate
+from memstream.domain.session_registry import SessionRecord
 from memstream.projections.ports import (
+    PROJECTIONS,
     REBUILD_HINT,
     ContextQueries,
     ReadModelCopy,
@@ -31,6 +33,7 @@ from memstream.projections.ports import (
 )
 from memstream.projections.read_models import open_read_models
 from memstream.session import Session
+from memstream.session_manager import SessionManager
 from memstream.settings import Settings, default_actor
 from memstream.workers.aggregate_store import AggregateStore, CommandResult, Decide
 from memstream.workers.codec import CommandMeta
@@ -107,6 +110,11 @@ class Memstream:
             lambda key: SearchIndex.empty(self.namespace, key),
             snapshots=read_models.search_snapshots(self.namespace),
         )
+        self.records = AggregateStore(
+            self.log,
+            lambda key: SessionRecord.empty(self.namespace, key),
+            snapshots=read_models.record_snapshots(self.namespace),
+        )
 
     def _idle_store(self) -> ReadModelStore | None:
         """The in-process projector's store while it is idle: reads may go through it (its
@@ -126,7 +134,7 @@ class Memstream:
                 self._nudge,
                 pushed=self._projector_running,
             )
-            for name in ("sessions", "context")
+            for name in PROJECTIONS
         }
 
     def _projector_running(self) -> bool:
@@ -186,6 +194,11 @@ class Memstream:
         """A Session builder for ``session_id`` (``""`` is the default session). ``actor``
         names who causes the session's events (default: this client's :attr:`actor`)."""
         return Session(self, session_id, actor=actor)
+
+    def session_manager(self) -> SessionManager:
+        """A SessionManager of this client's namespace: registered sessions with names, usage,
+        fork and split, cross-session search (spec §10)."""
+        return SessionManager(self)
 
     def session_subject(self, session_id: str) -> str:
         """The subject a session's events live on (memoised: it is needed on every write)."""

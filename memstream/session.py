@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any, Protocol, cast
 
+from memstream.compaction import CompactResult
 from memstream.context.ports import MemstreamPort
 from memstream.context.session_context import SessionContext, block_config
 from memstream.context.tools import ToolSet, context_tools
@@ -26,6 +27,7 @@ from memstream.domain.session import OMITTED, SessionAggregate
 from memstream.domain.system_prompt import ContextBlock
 from memstream.projections.ports import SessionQueries
 from memstream.projections.recent_history import RecentHistory
+from memstream.session_compaction import SessionCompaction
 from memstream.workers.aggregate_store import CommandResult
 from memstream.workers.codec import CommandMeta, decode_event
 from memstream.workers.event_log import EventLog
@@ -62,6 +64,7 @@ class Session:
         self._session_id = check_session_id(session_id)
         self._actor = None if actor is None else check_actor(actor)
         self._context = SessionContext(self)
+        self._compaction = SessionCompaction()
 
     # -- builder ------------------------------------------------------------------------------
 
@@ -100,6 +103,26 @@ class Session:
         self._context.cache_prompt(provider)
         return self
 
+    def on_compaction(self, function: Any) -> Session:
+        """Set the compaction function, ``(messages, context) -> {from_message_id,
+        to_message_id, summary} | None`` (sync or async; see
+        :func:`memstream.create_compact_function`); returns ``self``."""
+        self._compaction.set_function(function)
+        return self
+
+    def compact_after(self, threshold: float, token_counter: Any = None) -> Session:
+        """Compact automatically after an append that takes the session's token estimate over
+        ``threshold`` (spec §8.3; ``token_counter({"messages", "system_prompt",
+        "context_blocks"})`` replaces the estimate); returns ``self``."""
+        self._compaction.set_threshold(threshold, token_counter)
+        return self
+
+    def on_compaction_error(self, handler: Any) -> Session:
+        """Receive the errors of automatic compaction and of the compaction function itself
+        (called with the exception; sync or async); returns ``self``."""
+        self._compaction.set_error_handler(handler)
+        return self
+
     @property
     def session_id(self) -> str:
         return self._session_id
@@ -134,11 +157,40 @@ class Session:
             MessageNotFoundError: ``parent_id`` does not exist in this session.
             InvalidInputError: the message breaks a limit (1 MiB JSON, id 1–256 chars, shape).
         """
-        return (await self._command(lambda s: s.append_message(message, parent_id))).seq
+        result = await self._command(lambda s: s.append_message(message, parent_id))
+        if result.events:  # a new message (not a repeated id): maybe compact (§8.3)
+            await self._compaction.after_append(self)
+        return result.seq
 
     async def append_messages(self, messages: Sequence[Message], parent_id: Any = OMITTED) -> int:
         """Append a chain of messages atomically (one event, ≤ 500 messages)."""
-        return (await self._command(lambda s: s.append_messages(messages, parent_id))).seq
+        result = await self._command(lambda s: s.append_messages(messages, parent_id))
+        if result.events:
+            await self._compaction.after_append(self)
+        return result.seq
+
+    async def compact(self, leaf_id: str | None = None) -> CompactResult | None:
+        """Compact the path to ``leaf_id`` (default: the active one) with the compaction
+        function (spec §8.2): its summary is stored as an overlay, extending the one already on
+        that path, and the system prompt is refreshed. ``None`` when nothing was compacted
+        (an error of the function goes to ``on_compaction_error``).
+
+        Raises:
+            CompactionNotConfiguredError: no compaction function (``on_compaction``).
+        """
+        return await self._compaction.compact(self, leaf_id)
+
+    async def compaction_prompt(self) -> tuple[str, list[ContextBlock]]:
+        """The system prompt a token estimate counts, and the current blocks (§5.3)."""
+        if not self._context.configured:
+            return "", []
+        blocks = await self._context.loaded()
+        return await blocks.estimate_prompt(), blocks.get_blocks()
+
+    async def after_compaction(self) -> None:
+        """After an overlay was stored: refresh the system prompt (when there is one)."""
+        if self._context.configured:
+            await self.refresh_system_prompt()
 
     async def update_message(self, message: Message) -> int:
         """Replace a stored message's content (and its search text).

@@ -28,6 +28,7 @@ from memstream.domain.context import ContextDocument, SearchIndex
 from memstream.domain.errors import InvalidInputError, ReadModelDamagedError
 from memstream.domain.messages import Message
 from memstream.domain.session import SessionAggregate
+from memstream.domain.session_registry import SessionRecord
 from memstream.projections.overlays import Compaction
 from memstream.projections.recent_history import RecentHistory
 
@@ -302,6 +303,8 @@ class ReadModels(Protocol):
     def document_snapshots(self, namespace: str) -> SnapshotSource[ContextDocument]: ...
 
     def search_snapshots(self, namespace: str) -> SnapshotSource[SearchIndex]: ...
+
+    def record_snapshots(self, namespace: str) -> SnapshotSource[SessionRecord]: ...
 
     def tracked_seq(self, projection: str) -> int:
         """The last stream sequence ``projection`` committed (0: none)."""

@@ -22,19 +22,23 @@ class RegisterSession:
     model: str | None
     source: str | None
     parent_session_id: str | None
+    forked_from_message_id: str | None
     at: str
     seq: int
+    version: int
 
 
 @dataclass(frozen=True, slots=True)
 class ChangeSession:
-    """Set ``fields`` (name, end reason) and add ``usage`` (input, output, cost) to a
-    registered session's row, and touch it."""
+    """Set ``name`` or ``end_reason`` and add ``usage`` (input, output, cost) to a registered
+    session's row, and touch it; ``version``: the record's version after a registry event
+    (``None`` for a touch by the session's own events)."""
 
     namespace: str
     session_id: str
     at: str
     seq: int
+    version: int | None = None
     name: str | None = None
     end_reason: str | None = None
     usage: tuple[int, int, float] | None = None
@@ -66,17 +70,24 @@ def project_registry_event(namespace: str, seq: int, event: object) -> list[Regi
                 event.model,
                 event.source,
                 event.parent_session_id,
+                event.forked_from_message_id,
                 at,
                 seq,
+                event.originator_version,
             )
         ]
+    version = event.originator_version
     if isinstance(event, SessionRecord.SessionRenamed):
-        return [ChangeSession(namespace, event.session_id, at, seq, name=event.name)]
+        return [ChangeSession(namespace, event.session_id, at, seq, version, name=event.name)]
     if isinstance(event, SessionRecord.UsageAdded):
         usage = (event.input_tokens, event.output_tokens, event.cost)
-        return [ChangeSession(namespace, event.session_id, at, seq, usage=usage)]
+        return [ChangeSession(namespace, event.session_id, at, seq, version, usage=usage)]
     if isinstance(event, SessionRecord.SessionEnded):
-        return [ChangeSession(namespace, event.session_id, at, seq, end_reason=event.end_reason)]
+        return [
+            ChangeSession(
+                namespace, event.session_id, at, seq, version, end_reason=event.end_reason
+            )
+        ]
     if isinstance(event, SessionRecord.SessionDeleted):
         return [ForgetSession(namespace, event.session_id)]
     return []

@@ -73,6 +73,7 @@ FIELDS: dict[str, dict[str, dict[str, Any]]] = {
         "model": NULLABLE_STRING,
         "source": NULLABLE_STRING,
         "parent_session_id": NULLABLE_STRING,
+        "forked_from_message_id": NULLABLE_STRING,
     },
     "registry.session_renamed": {**SESSION, "name": STRING},
     "registry.usage_added": {

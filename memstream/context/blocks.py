@@ -255,6 +255,18 @@ class ContextBlocks:
                 self._snapshot = await store.freeze(self._snapshot)
             return self._snapshot
 
+    async def estimate_prompt(self) -> str:
+        """The system prompt a token estimate counts (spec §5.3): the frozen snapshot, else the
+        stored prompt, else the blocks rendered now, without freezing or storing anything."""
+        if self._snapshot is not None:
+            return self._snapshot
+        if self._prompt_store is not None:
+            stored = await self._prompt_store.get()
+            if stored is not None:
+                return stored
+        await self.ensure_loaded()
+        return self.render()
+
     async def refresh(self) -> str:
         """Reload every provider, re-render, and replace the frozen prompt."""
         async with self._lock:

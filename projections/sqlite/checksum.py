@@ -91,7 +91,8 @@ _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
         (
             "registered sessions",
             "SELECT namespace, session_id, name, parent_session_id, model, source, input_tokens, "
-            "output_tokens, cost, end_reason, created_at, updated_at, updated_seq "
+            "output_tokens, cost, end_reason, created_at, updated_at, updated_seq, "
+            "forked_from_message_id, record_seq, record_version "
             "FROM session_registry ORDER BY namespace, session_id",
         ),
     ),

@@ -275,6 +275,9 @@ _MIGRATIONS: dict[int, str] = {
         created_at TEXT NOT NULL,
         updated_at TEXT NOT NULL,
         updated_seq INTEGER NOT NULL,
+        forked_from_message_id TEXT,
+        record_seq INTEGER NOT NULL,
+        record_version INTEGER NOT NULL,
         PRIMARY KEY (namespace, session_id)
     ) WITHOUT ROWID;
     CREATE INDEX session_registry_recent ON session_registry (namespace, updated_seq);

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from memstream.projections.sqlite.read_connection import Reads
+from memstream.domain.session_registry import SessionRecord
+from memstream.projections.sqlite.read_connection import ReadConnection, Reading, Reads
 
 _COLUMNS = (
     "session_id, name, parent_session_id, model, source, input_tokens, output_tokens, cost, "
@@ -62,3 +64,64 @@ class SqliteRegistryQueries:
             "SELECT count(*) FROM session_registry WHERE namespace = ?", (namespace,)
         ).fetchone()
         return int(row[0])
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSnapshot:
+    """A session's registry record as the read model holds it: after stream sequence ``seq``
+    (0: not registered, or removed: its few events are replayed)."""
+
+    namespace: str
+    session_id: str
+    seq: int
+    version: int
+    state: dict[str, Any]
+
+    def restore(self) -> SessionRecord:
+        if self.seq == 0:
+            return SessionRecord.empty(self.namespace, self.session_id)
+        return SessionRecord.restore(self.namespace, self.session_id, self.version, **self.state)
+
+    def rebind(self, aggregate: SessionRecord) -> None:
+        pass  # a record holds its whole state: nothing is looked up later
+
+
+class SqliteRecordSnapshots:
+    """Snapshots of a namespace's registry records (keyed by session id)."""
+
+    def __init__(self, connection: ReadConnection, namespace: str) -> None:
+        self.connection = connection
+        self.namespace = namespace
+
+    def reading(self) -> Reading:
+        return Reading(self.connection)
+
+    def guard(self, low: int, high: int) -> None:
+        pass  # records make no lookups after they are restored
+
+    def snapshot(self, session_id: str) -> RecordSnapshot:
+        row = self.connection.execute(
+            "SELECT record_seq, record_version, name, model, source, parent_session_id, "
+            "input_tokens, output_tokens, cost, end_reason FROM session_registry "
+            "WHERE namespace = ? AND session_id = ?",
+            (self.namespace, session_id),
+        ).fetchone()
+        if row is None:
+            return RecordSnapshot(self.namespace, session_id, 0, 0, {})
+        state = dict(
+            zip(
+                (
+                    "name",
+                    "model",
+                    "source",
+                    "parent_session_id",
+                    "input_tokens",
+                    "output_tokens",
+                    "cost",
+                    "end_reason",
+                ),
+                row[2:],
+                strict=True,
+            )
+        )
+        return RecordSnapshot(self.namespace, session_id, int(row[0]), int(row[1]), state)

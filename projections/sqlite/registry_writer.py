@@ -22,13 +22,17 @@ def apply_registry_writes(connection: sqlite3.Connection, writes: Iterable[Regis
                 "UPDATE session_registry SET name = coalesce(?, name), "
                 "end_reason = coalesce(?, end_reason), input_tokens = input_tokens + ?, "
                 "output_tokens = output_tokens + ?, cost = cost + ?, updated_at = ?, "
-                "updated_seq = ? WHERE namespace = ? AND session_id = ?",
+                "updated_seq = ?, record_seq = coalesce(?, record_seq), "
+                "record_version = coalesce(?, record_version) "
+                "WHERE namespace = ? AND session_id = ?",
                 (
                     write.name,
                     write.end_reason,
                     *usage,
                     write.at,
                     write.seq,
+                    None if write.version is None else write.seq,
+                    write.version,
                     write.namespace,
                     write.session_id,
                 ),
@@ -36,8 +40,9 @@ def apply_registry_writes(connection: sqlite3.Connection, writes: Iterable[Regis
         elif isinstance(write, RegisterSession):
             connection.execute(
                 "INSERT INTO session_registry (namespace, session_id, name, model, source, "
-                "parent_session_id, created_at, updated_at, updated_seq) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                "parent_session_id, forked_from_message_id, created_at, updated_at, updated_seq, "
+                "record_seq, record_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
                 (
                     write.namespace,
                     write.session_id,
@@ -45,9 +50,12 @@ def apply_registry_writes(connection: sqlite3.Connection, writes: Iterable[Regis
                     write.model,
                     write.source,
                     write.parent_session_id,
+                    write.forked_from_message_id,
                     write.at,
                     write.at,
                     write.seq,
+                    write.seq,
+                    write.version,
                 ),
             )
         elif isinstance(write, ForgetSession):

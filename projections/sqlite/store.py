@@ -19,6 +19,7 @@ from pathlib import Path
 from memstream.domain.context import ContextDocument, SearchIndex
 from memstream.domain.errors import ReadModelDamagedError
 from memstream.domain.session import SessionAggregate
+from memstream.domain.session_registry import SessionRecord
 from memstream.projections.ports import (
     PROJECTIONS,
     Difference,
@@ -57,7 +58,10 @@ from memstream.projections.sqlite.database import (
 )
 from memstream.projections.sqlite.read_connection import ReadConnection
 from memstream.projections.sqlite.read_guard import guarded
-from memstream.projections.sqlite.registry_queries import SqliteRegistryQueries
+from memstream.projections.sqlite.registry_queries import (
+    SqliteRecordSnapshots,
+    SqliteRegistryQueries,
+)
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 from memstream.projections.sqlite.session_snapshots import SqliteSessionSnapshots
 
@@ -235,6 +239,9 @@ class SqliteReadModels:
 
     def search_snapshots(self, namespace: str) -> SnapshotSource[SearchIndex]:
         return SqliteSearchSnapshots(self.reads, namespace)
+
+    def record_snapshots(self, namespace: str) -> SnapshotSource[SessionRecord]:
+        return SqliteRecordSnapshots(self.reads, namespace)
 
     def tracked_seq(self, projection: str) -> int:
         with damage_translated():
