@@ -32,8 +32,8 @@ def record_aggregate_id(namespace: str, session_id: str) -> uuid.UUID:
 
 
 def check_name(value: object) -> str:
-    """A session's name: 0–256 characters."""
-    return check_chars("name", value, minimum=0, maximum=SESSION_NAME_MAX_CHARS)
+    """A session's name: 1–256 characters."""
+    return check_chars("name", value, minimum=1, maximum=SESSION_NAME_MAX_CHARS)
 
 
 def check_label(name: str, value: object) -> str | None:

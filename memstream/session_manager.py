@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from memstream.context.tools import Tool, ToolSet
-from memstream.domain.errors import InvalidInputError, NotFoundError
+from memstream.domain.errors import InvalidInputError, MessageNotFoundError, NotFoundError
 from memstream.domain.limits import (
+    BATCH_MAX_MESSAGES,
     LIST_LIMIT_MAX,
     SEARCH_LIMIT_MAX,
     check_int,
@@ -23,7 +24,7 @@ from memstream.domain.limits import (
 )
 from memstream.domain.messages import Message, normalize_message
 from memstream.domain.session import OMITTED
-from memstream.domain.session_registry import SessionRecord
+from memstream.domain.session_registry import SessionRecord, check_name
 from memstream.domain.tool_specs import NO_RESULTS, session_search_spec
 from memstream.projections.ports import ReadModels
 from memstream.session import Session, SessionClient
@@ -301,25 +302,27 @@ class SessionManager:
     async def fork(self, session_id: str, at_message_id: str, name: str) -> dict[str, Any]:
         """A new session holding the path to ``at_message_id`` of ``session_id`` as one chain
         (Part A.7: the messages keep their ids; an overlay on the path becomes a real message;
-        no overlays are copied); an unknown message gives an empty fork. Returns the new
-        session's ``SessionInfo`` as registered."""
+        no overlays are copied). Returns the new session's ``SessionInfo`` as registered.
+
+        Raises:
+            MessageNotFoundError: ``at_message_id`` is not a message of ``session_id`` (the
+                reference made an empty session; a fork of nothing is a mistake).
+            InvalidInputError: a bad name (1–256 characters).
+        """
+        check_name(name)
         source = self.get_session(session_id)
-        try:
-            path = await source.get_history(at_message_id)
-        except NotFoundError:
-            path = []
+        if await source.get_message(at_message_id) is None:
+            raise MessageNotFoundError(
+                f"no message {at_message_id!r} in session {session_id!r} to fork at"
+            )
         info = await self.create(
-            name,
-            parent_session_id=session_id,
-            forked_from_message_id=at_message_id if path else None,
+            name, parent_session_id=session_id, forked_from_message_id=at_message_id
         )
-        if path:
-            copies = [{key: value for key, value in m.items() if key != "created_at"} for m in path]
-            for start in range(0, len(copies), 500):
-                parent = None if start == 0 else copies[start - 1]["id"]
-                await self.get_session(info["id"]).append_messages(
-                    copies[start : start + 500], parent
-                )
+        path = await source.get_history(at_message_id)
+        fork = self.get_session(info["id"])
+        for start in range(0, len(path), BATCH_MAX_MESSAGES):
+            parent = None if start == 0 else path[start - 1]["id"]
+            await fork.append_messages(path[start : start + BATCH_MAX_MESSAGES], parent)
         return info
 
     async def compact_and_split(

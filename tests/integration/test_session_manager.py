@@ -12,7 +12,7 @@ from support.messages import msg
 
 from memstream import SessionManager
 from memstream.client import Memstream
-from memstream.domain.errors import InvalidInputError, NotFoundError
+from memstream.domain.errors import InvalidInputError, MessageNotFoundError, NotFoundError
 from memstream.domain.messages import is_compaction_message
 from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
@@ -137,9 +137,30 @@ async def test_fork_copies_the_path_with_overlays_as_messages(manager: SessionMa
     assert [m["role"] for m in history] == ["user", "assistant", "user"]
     assert history[1]["parts"][0]["text"] == "the middle"
     assert await manager.get_compactions(overlaid["id"]) == []
-    # An unknown message gives an empty fork
-    empty = await manager.fork(source, "nope", "Empty")
-    assert await manager.get_history(empty["id"]) == []
+    # A message not in the session is refused (the reference made an empty session)
+    with pytest.raises(MessageNotFoundError):
+        await manager.fork(source, "nope", "Empty")
+    # And writes after the fork stay on their side
+    await manager.append(source, msg("after-source"))
+    await manager.append(fork["id"], msg("after-fork"))
+    assert "after-fork" not in ids(await manager.get_history(source))
+    assert ids(await manager.get_history(fork["id"])) == ["m0", "m1", "after-fork"]
+
+
+async def test_bad_names_and_unknown_sessions_are_refused(manager: SessionManager) -> None:
+    for bad in ("", "x" * 257, None, 7):
+        with pytest.raises(InvalidInputError, match="name"):
+            await manager.create(bad)  # type: ignore[arg-type]
+    info = await manager.create("ok")
+    with pytest.raises(InvalidInputError, match="name"):
+        await manager.rename(info["id"], "")
+    with pytest.raises(InvalidInputError, match="name"):
+        await manager.fork(info["id"], "m0", "")
+    with pytest.raises(InvalidInputError, match="model"):
+        await manager.create("m", model="")
+    with pytest.raises(NotFoundError):
+        await manager.rename("unknown", "name")
+    assert [s["name"] for s in await manager.list()] == ["ok"]  # nothing partial
 
 
 async def test_compact_and_split_ends_one_and_starts_the_next(manager: SessionManager) -> None:
