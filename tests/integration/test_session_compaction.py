@@ -212,3 +212,21 @@ async def test_the_reference_function_compacts_twice_into_one_overlay_and_replay
     results = await verify(ms.log, SqliteCopy(Path(settings.data_dir) / "memstream.db"))
     assert all(r.ok for r in results), results
     assert len(prompts) == calls_before
+
+
+async def test_a_compaction_on_a_sibling_branch_does_not_extend_the_other_branch(
+    ms: Memstream,
+) -> None:
+    # Given m0 with two branches, a1..a3 and b1..b3, and an overlay a1..a2 on branch a
+    session = ms.session("branches")
+    await session.append_message(msg("m0"))
+    await session.append_messages([msg("a1"), msg("a2"), msg("a3")], "m0")
+    await session.append_messages([msg("b1"), msg("b2"), msg("b3")], "m0")
+    await session.add_compaction("branch a", "a1", "a2")
+    # When branch b is compacted at its leaf
+    session.on_compaction(fixed({"from_message_id": "b1", "to_message_id": "b2", "summary": "b"}))
+    result = await session.compact("b3")
+    # Then its overlay starts on its own branch, and each branch reads its own summary
+    assert result == {"from_message_id": "b1", "to_message_id": "b2", "summary": "b"}
+    assert [m["parts"][0]["text"] for m in await session.get_history("b3")][1] == "b"
+    assert [m["parts"][0]["text"] for m in await session.get_history("a3")][1] == "branch a"
