@@ -13,7 +13,7 @@ import logging
 import sqlite3
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from memstream.projections.context_writes import project_context_event
 from memstream.projections.ports import (
@@ -79,43 +79,55 @@ class SessionProjection:
         self.rows.flush(connection)  # see SessionRows: e.g. one FTS5 segment per batch
 
 
-class ContextProjection:
+class _WritesAtOnce:
+    """A projection whose writes for an event (a pure function of it) are applied at once: it
+    remembers nothing between events and holds nothing back."""
+
+    name: str
+
+    def writes(self, namespace: str, seq: int, event: object) -> list[Any]:
+        raise NotImplementedError
+
+    def write(self, connection: sqlite3.Connection, writes: list[Any]) -> None:
+        raise NotImplementedError
+
+    def apply(
+        self, connection: sqlite3.Connection, namespace: str, seq: int, event: object
+    ) -> None:
+        self.write(connection, self.writes(namespace, seq, event))
+
+    def forget(self) -> None:
+        pass
+
+    def before_commit(self, connection: sqlite3.Connection) -> None:
+        pass
+
+
+class ContextProjection(_WritesAtOnce):
     """Built-in context blocks, cached prompts, loaded skills, search entries and their FTS."""
 
     name = "context"
 
-    def apply(
-        self, connection: sqlite3.Connection, namespace: str, seq: int, event: object
-    ) -> None:
-        apply_context_writes(connection, project_context_event(namespace, seq, event))
+    def writes(self, namespace: str, seq: int, event: object) -> list[Any]:
+        return list(project_context_event(namespace, seq, event))
 
-    def forget(self) -> None:
-        pass  # it remembers nothing between events
-
-    def before_commit(self, connection: sqlite3.Connection) -> None:
-        pass  # it holds nothing back
+    def write(self, connection: sqlite3.Connection, writes: list[Any]) -> None:
+        apply_context_writes(connection, writes)
 
 
-class RegistryProjection:
+class RegistryProjection(_WritesAtOnce):
     """Registered sessions (SessionManager): names, models, usage, last activity."""
 
     name = "registry"
 
-    def apply(
-        self, connection: sqlite3.Connection, namespace: str, seq: int, event: object
-    ) -> None:
-        apply_registry_writes(connection, project_registry_event(namespace, seq, event))
+    def writes(self, namespace: str, seq: int, event: object) -> list[Any]:
+        return list(project_registry_event(namespace, seq, event))
 
-    def forget(self) -> None:
-        pass  # it remembers nothing between events
-
-    def before_commit(self, connection: sqlite3.Connection) -> None:
-        pass  # it holds nothing back
+    def write(self, connection: sqlite3.Connection, writes: list[Any]) -> None:
+        apply_registry_writes(connection, writes)
 
 
-_PROJECTION_TYPES: dict[
-    str, type[SessionProjection] | type[ContextProjection] | type[RegistryProjection]
-] = {
+_PROJECTION_TYPES: dict[str, type[SessionProjection] | type[_WritesAtOnce]] = {
     "sessions": SessionProjection,
     "context": ContextProjection,
     "registry": RegistryProjection,
