@@ -224,10 +224,11 @@ class SessionManager:
         """Remove a session: its messages, overlays and search rows (cleared), its built-in
         context blocks (emptied) and its registration. Idempotent."""
         session = self.get_session(session_id)
-        await session.clear_messages()
         for label, options in self._contexts:
-            if options.get("provider") is None and session.get_context_block(label) is not None:
+            if options.get("provider") is None:
                 await session.replace_context_block(label, "")
+        # Last: a clear refreshes the cached prompt, now rendered from the emptied blocks.
+        await session.clear_messages()
         await self._record(session_id, SessionRecord.delete)
         self._sessions.pop(session_id, None)
 

@@ -207,10 +207,11 @@ async def test_search_across_sessions_and_the_session_search_tool(ms: Memstream)
 async def test_delete_removes_the_session_and_the_log_replays(
     ms: Memstream, settings: Settings
 ) -> None:
-    manager = ms.session_manager().with_context("memory", description="Facts")
+    manager = ms.session_manager().with_context("memory", description="Facts").with_cached_prompt()
     sid = (await manager.create("Doomed"))["id"]
     await manager.append(sid, msg("m0", "a secret plan"))
     await manager.get_session(sid).replace_context_block("memory", "likes tea")
+    assert "likes tea" in await manager.get_session(sid).refresh_system_prompt()
     await manager.delete(sid)
     assert await manager.get(sid) is None
     assert await manager.search("secret") == []
