@@ -10,7 +10,7 @@ from memstream.projections.overlays import Compaction, apply_overlays
 from memstream.projections.recent_history import RecentHistory
 from memstream.projections.search_query import to_fts5
 from memstream.projections.session_writes import indexed_text
-from memstream.projections.sqlite.message_rows import mid_range
+from memstream.projections.sqlite.message_rows import MID_BITS, mid_range
 from memstream.projections.sqlite.read_connection import Reads
 
 
@@ -308,11 +308,13 @@ class SqliteSessionQueries:
             return []
         params: dict[str, Any] = {"limit": limit, "q": expression}
         if session_id is None:
+            # A row id names its session (see mid_range): the namespace's sessions are kept
+            # without looking up each match's message row.
             ranked = (
-                "SELECT f.rowid AS mid, bm25(messages_fts) AS score "
-                "FROM messages_fts AS f JOIN messages AS m ON m.mid = f.rowid "
+                "SELECT rowid AS mid, bm25(messages_fts) AS score FROM messages_fts "
                 "WHERE messages_fts MATCH :q "
-                "AND m.sid IN (SELECT sid FROM session_keys WHERE namespace = :ns) "
+                f"AND (rowid >> {MID_BITS}) IN "
+                "(SELECT sid FROM session_keys WHERE namespace = :ns) "
                 "ORDER BY score LIMIT :limit"
             )
             params["ns"] = namespace

@@ -419,6 +419,9 @@ def test_sessions_and_namespaces_are_isolated(store: Store) -> None:
         "a",
         "b",
     }
+    # And a namespace's search never sees another namespace's messages
+    assert store.queries.search(NS, None, "gamma", 20) == []
+    assert [h["id"] for h in store.queries.search("other", None, "alpha OR gamma", 20)] == ["m1"]
 
 
 def test_session_list_and_summary_count_tips_overlays_and_times(store: Store) -> None:
