@@ -39,6 +39,8 @@ BENCHMARKS = (
     "agent_loop",
     "many_sessions",
     "disk",
+    "compaction",
+    "overlays",
 )
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
