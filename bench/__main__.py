@@ -41,6 +41,7 @@ BENCHMARKS = (
     "disk",
     "compaction",
     "overlays",
+    "manager_list",
 )
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
