@@ -42,6 +42,7 @@ BENCHMARKS = (
     "compaction",
     "overlays",
     "manager_list",
+    "manager_search",
 )
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
