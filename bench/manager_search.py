@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import math
 import sqlite3
 import time
 from typing import Any
 
 from bench.fixtures import fill_session
-from bench.harness import Row, bench_env, median, ms
+from bench.harness import Row, bench_env, median, ms, query_figures
 from bench.payloads import MessageFactory
 from bench.search import QUERIES
 from memstream.domain.limits import search_query
@@ -103,27 +102,20 @@ async def run() -> Row:
                 connection.close()
         finally:
             await memstream.close()
-    ours_total = sum(median(v) for v in ours.values())
-    raw_total = sum(median(v) for v in baseline.values())
-    statement_total = sum(median(v) for v in statement.values())
-    ratio = ours_total / raw_total
-    ratios = [median(ours[q]) / median(baseline[q]) for q in QUERIES]
-    geometric = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-    per_query = "; ".join(
-        f"{q!r} {median(ours[q]) * 1000:.2f}/{median(baseline[q]) * 1000:.2f}" for q in QUERIES
-    )
+    figures = query_figures(ours, baseline)
+    statement_mean = sum(median(v) for v in statement.values()) / len(QUERIES)
     return Row(
         TITLE,
-        f"{ms(ours_total / len(QUERIES))} per query",
-        f"{ms(raw_total / len(QUERIES))} per query",
-        f"{ratio:.2f}×",
+        f"{ms(figures.ours)} per query",
+        f"{ms(figures.baseline)} per query",
+        f"{figures.ratio:.2f}×",
         f"≤ {TARGET}×",
-        ratio <= TARGET,
+        figures.ratio <= TARGET,
         f"mean of per-query medians over {len(QUERIES)} queries × {ROUNDS} interleaved rounds, "
         f"limit {LIMIT}, hits {sum(hits.values())} (the ratio is of total time; the geometric "
-        f"mean of per-query ratios is {geometric:.2f}×); ms ours/raw: {per_query}; "
+        f"mean of per-query ratios is {figures.geometric:.2f}×); ms ours/raw: {figures.detail}; "
         f"SqliteSessionQueries.search alone on the baseline's connection "
-        f"{ms(statement_total / len(QUERIES))} per query (its namespace filter joins every "
+        f"{ms(statement_mean)} per query (its namespace filter joins every "
         f"match to its messages row, m.sid IN ..., where the baseline tests the row id's high "
         f"bits); "
         f"{SESSIONS} sessions built with append_messages in {fill:.1f} s",
