@@ -39,6 +39,10 @@ BENCHMARKS = (
     "agent_loop",
     "many_sessions",
     "disk",
+    "compaction",
+    "overlays",
+    "manager_list",
+    "manager_search",
 )
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 

@@ -7,7 +7,7 @@ import contextlib
 import math
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,6 +129,33 @@ def paired_ratio(ours: Sequence[float], baseline: Sequence[float]) -> float:
     """Median of per-round ratios of interleaved rounds: drift of the machine between rounds
     (other processes, page cache, the server's own work) cancels within each pair."""
     return median([o / b for o, b in zip(ours, baseline, strict=True)])
+
+
+@dataclass(frozen=True, slots=True)
+class QueryFigures:
+    """Per-query medians of interleaved rounds, summed over a set of queries."""
+
+    ours: float  # mean of the per-query medians, seconds
+    baseline: float
+    ratio: float  # of the total times
+    geometric: float  # geometric mean of the per-query ratios
+    detail: str  # "'query' ours/baseline" in ms, per query
+
+
+def query_figures(
+    ours: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]]
+) -> QueryFigures:
+    """Figures of queries timed in interleaved rounds (the same keys in both)."""
+    ours_medians = {q: median(v) for q, v in ours.items()}
+    raw_medians = {q: median(baseline[q]) for q in ours}
+    ratios = [ours_medians[q] / raw_medians[q] for q in ours]
+    return QueryFigures(
+        sum(ours_medians.values()) / len(ours),
+        sum(raw_medians.values()) / len(ours),
+        sum(ours_medians.values()) / sum(raw_medians.values()),
+        math.exp(sum(math.log(r) for r in ratios) / len(ratios)),
+        "; ".join(f"{q!r} {ours_medians[q] * 1000:.2f}/{raw_medians[q] * 1000:.2f}" for q in ours),
+    )
 
 
 def per_second(count: int, seconds: float) -> str:
