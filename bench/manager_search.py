@@ -115,8 +115,6 @@ async def run() -> Row:
         f"limit {LIMIT}, hits {sum(hits.values())} (the ratio is of total time; the geometric "
         f"mean of per-query ratios is {figures.geometric:.2f}×); ms ours/raw: {figures.detail}; "
         f"SqliteSessionQueries.search alone on the baseline's connection "
-        f"{ms(statement_mean)} per query (its namespace filter joins every "
-        f"match to its messages row, m.sid IN ..., where the baseline tests the row id's high "
-        f"bits); "
+        f"{ms(statement_mean)} per query (the query itself, without the API around it); "
         f"{SESSIONS} sessions built with append_messages in {fill:.1f} s",
     )
