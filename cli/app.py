@@ -9,7 +9,7 @@ import typer
 from typer.core import TyperGroup
 
 from memstream import MemstreamError
-from memstream.cli import blocks, events, platform, projections, sessions, status
+from memstream.cli import blocks, events, manager, platform, projections, sessions, status
 from memstream.cli.context import GlobalOptions
 from memstream.domain.redaction import redact
 
@@ -83,7 +83,18 @@ app.command("up")(platform.up)
 app.command("worker")(platform.worker)
 app.command("status")(status.status)
 app.command("append")(sessions.append)
+for name, command in (
+    ("create", manager.create),
+    ("rename", manager.rename),
+    ("fork", manager.fork),
+    ("compact", manager.compact),
+    ("split", manager.split),
+    ("delete", manager.delete),
+    ("registered", manager.registered),
+):
+    sessions.app.command(name)(command)
 app.add_typer(sessions.app, name="sessions")
+app.add_typer(manager.usage_app, name="usage")
 app.add_typer(blocks.app, name="context")
 app.add_typer(blocks.prompt_app, name="prompt")
 app.add_typer(events.app, name="events")

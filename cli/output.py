@@ -98,6 +98,44 @@ def show_sessions(sessions: Sequence[dict[str, Any]]) -> None:
     stdout().print(table)
 
 
+def show_registered(sessions: Sequence[dict[str, Any]]) -> None:
+    """Registered sessions (``SessionInfo`` rows), in the order given."""
+    if not sessions:
+        stdout().print(Text("no registered sessions"))
+        return
+    table = _table(
+        f"{len(sessions)} registered sessions",
+        "id",
+        "name",
+        "model",
+        "source",
+        "tokens in/out",
+        "cost",
+        "ended",
+        "updated",
+    )
+    for info in sessions:
+        table.add_row(
+            *_cells(
+                info["id"],
+                info["name"],
+                info["model"] or "",
+                info["source"] or "",
+                f"{info['input_tokens']}/{info['output_tokens']}",
+                info["estimated_cost"],
+                info["end_reason"] or "",
+                info["updated_at"],
+            )
+        )
+    stdout().print(table)
+
+
+def show_usage(info: dict[str, Any]) -> None:
+    """A registered session's usage counters."""
+    keys = ("id", "name", "input_tokens", "output_tokens", "estimated_cost")
+    show_fields({key: info[key] for key in keys})
+
+
 def show_fields(fields: dict[str, Any]) -> None:
     """One ``name  value`` line per field (lists joined by commas, dicts as indented JSON)."""
     table = Table(show_header=False, box=None, pad_edge=False)

@@ -22,8 +22,15 @@ def clean_env(**settings: str) -> dict[str, str]:
 
 
 def memstream(env: dict[str, str], *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
+    # stdin is never a terminal: a command that would ask a question must refuse, not hang
     result = subprocess.run(
-        [MEMSTREAM, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+        [MEMSTREAM, *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert result.returncode == expect, f"{args}: {result.returncode}\n{result.stderr}"
     assert "Traceback" not in result.stderr

@@ -69,6 +69,16 @@ def test_the_command_tree_is_complete() -> None:
         ("sessions", "history"),
         ("sessions", "search"),
         ("sessions", "append"),
+        ("sessions", "create"),
+        ("sessions", "rename"),
+        ("sessions", "fork"),
+        ("sessions", "compact"),
+        ("sessions", "split"),
+        ("sessions", "delete"),
+        ("sessions", "registered"),
+        ("usage",),
+        ("usage", "add"),
+        ("usage", "show"),
         ("events",),
         ("events", "tail"),
         ("events", "show"),
@@ -100,7 +110,9 @@ def test_every_command_has_help(path: tuple[str, ...]) -> None:
     [
         p
         for p in command_paths()
-        if p and p not in {("sessions",), ("events",), ("projections",), ("context",), ("prompt",)}
+        if p
+        and p
+        not in {("sessions",), ("events",), ("projections",), ("context",), ("prompt",), ("usage",)}
     ],
 )
 def test_every_command_help_shows_an_example(path: tuple[str, ...]) -> None:
@@ -117,6 +129,14 @@ def test_read_commands_offer_json() -> None:
         ("sessions", "show"),
         ("sessions", "history"),
         ("sessions", "search"),
+        ("sessions", "create"),
+        ("sessions", "rename"),
+        ("sessions", "fork"),
+        ("sessions", "compact"),
+        ("sessions", "split"),
+        ("sessions", "registered"),
+        ("usage", "add"),
+        ("usage", "show"),
         ("events", "tail"),
         ("events", "show"),
         ("projections", "list"),
@@ -175,6 +195,29 @@ def test_sessions_append_is_the_same_command() -> None:
 def test_search_limit_is_checked_before_connecting() -> None:
     result = invoke("sessions", "search", "tea", "--limit", "0")
     assert_user_error(result, "limit is 0; it must be between 1 and 500")
+
+
+def test_delete_without_yes_and_without_a_terminal_is_refused_before_connecting() -> None:
+    # Given no terminal on stdin (the runner's input is a pipe) and nothing listening for NATS
+    result = invoke("--nats-url", "nats://127.0.0.1:1", "sessions", "delete", "chat-1")
+    # Then the delete is refused at once instead of waiting for an answer
+    assert_user_error(
+        result, "not deleting session 'chat-1': no terminal to confirm on; pass --yes"
+    )
+
+
+def test_registered_and_compact_check_their_options_before_connecting() -> None:
+    assert_user_error(
+        invoke("sessions", "registered", "--limit", "501"),
+        "limit is 501; it must be between 1 and 500",
+    )
+    assert_user_error(
+        invoke("sessions", "compact", "chat-1", "--tail-tokens", "-1"),
+        "--tail-tokens is -1; it must be between 0",
+    )
+    assert_user_error(
+        invoke("usage", "show", "s" * 257), "session_id is 257 characters; the limit is 256"
+    )
 
 
 def test_export_rejects_a_time_that_is_not_iso_8601() -> None:
