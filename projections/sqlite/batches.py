@@ -15,6 +15,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memstream.domain.session import SessionAggregate
 from memstream.projections.context_writes import project_context_event
 from memstream.projections.ports import (
     MAX_ATTEMPTS,
@@ -34,7 +35,7 @@ from memstream.projections.sqlite.database import (
     set_tracked_seqs,
     tracked_seqs,
 )
-from memstream.projections.sqlite.registry_writer import apply_registry_writes
+from memstream.projections.sqlite.registry_writer import apply_registry_writes, touch_sessions
 from memstream.projections.sqlite.session_writer import SessionRows, apply_session_writes
 
 logger = logging.getLogger(__name__)
@@ -115,19 +116,45 @@ class ContextProjection(_WritesAtOnce):
         apply_context_writes(connection, writes)
 
 
-class RegistryProjection(_WritesAtOnce):
-    """Registered sessions (SessionManager): names, models, usage, last activity."""
+class RegistryProjection:
+    """Registered sessions (SessionManager): names, models, usage, last activity.
+
+    Every event of a session touches its row (``updated_at``): the touches of a batch wait here
+    and are written once per session before the transaction commits (or before a registry
+    write), one statement for the batch instead of one per event.
+    """
 
     name = "registry"
 
-    def writes(self, namespace: str, seq: int, event: object) -> list[Any]:
-        return list(project_registry_event(namespace, seq, event))
+    def __init__(self) -> None:
+        self.touches: dict[tuple[str, str], tuple[Any, int]] = {}  # (time, seq) by session
 
-    def write(self, connection: sqlite3.Connection, writes: list[Any]) -> None:
-        apply_registry_writes(connection, writes)
+    def apply(
+        self, connection: sqlite3.Connection, namespace: str, seq: int, event: object
+    ) -> None:
+        if isinstance(event, SessionAggregate.Event):
+            self.touches[(namespace, event.session_id)] = (event.timestamp, seq)
+            return
+        writes = project_registry_event(namespace, seq, event)
+        if writes:
+            self.before_commit(connection)  # a later write must not be overtaken by a touch
+            apply_registry_writes(connection, writes)
+
+    def forget(self) -> None:
+        self.touches.clear()
+
+    def before_commit(self, connection: sqlite3.Connection) -> None:
+        if self.touches:
+            touch_sessions(
+                connection,
+                [(*key, moment.isoformat(), seq) for key, (moment, seq) in self.touches.items()],
+            )
+            self.touches.clear()
 
 
-_PROJECTION_TYPES: dict[str, type[SessionProjection] | type[_WritesAtOnce]] = {
+_PROJECTION_TYPES: dict[
+    str, type[SessionProjection] | type[_WritesAtOnce] | type[RegistryProjection]
+] = {
     "sessions": SessionProjection,
     "context": ContextProjection,
     "registry": RegistryProjection,

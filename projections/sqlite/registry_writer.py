@@ -63,3 +63,15 @@ def apply_registry_writes(connection: sqlite3.Connection, writes: Iterable[Regis
                 "DELETE FROM session_registry WHERE namespace = ? AND session_id = ?",
                 (write.namespace, write.session_id),
             )
+
+
+def touch_sessions(
+    connection: sqlite3.Connection, touches: list[tuple[str, str, str, int]]
+) -> None:
+    """Record the last activity ``(namespace, session id, time, seq)`` of registered sessions
+    (no row: not registered, nothing to do)."""
+    connection.executemany(
+        "UPDATE session_registry SET updated_at = ?3, updated_seq = ?4 "
+        "WHERE namespace = ?1 AND session_id = ?2",
+        touches,
+    )
