@@ -123,7 +123,7 @@ async def run() -> Row:
         f"≤ {TARGET}×",
         ratio <= TARGET,
         f"median of {ROUNDS} interleaved calls; both return the {SESSIONS:,} SessionInfo dicts "
-        f"most recently active first (ours pages through list_page, 500 a page); baseline one "
+        f"most recently active first (ours in one query, as list() reads them); baseline one "
         f"SELECT on the (namespace, updated_seq) index; {SESSIONS:,} registrations (every "
         f"{USAGE_EVERY}th with usage) decided by SessionRecord and published with a window, "
         f"projected in {fill:.1f} s",

@@ -33,6 +33,7 @@ from memstream.workers.codec import CommandMeta
 
 SPLIT_PREFIX = "[Context from previous session]\n\n"
 HISTORY_DESCRIPTION = "Cross-session conversation history"
+_ALL = 2**62  # a page limit no namespace reaches: list() reads every row in one query
 # (The manager's ``list`` method hides the builtin inside its class: these name the types.)
 Infos = list[dict[str, Any]]
 Messages = list[Message]
@@ -184,14 +185,9 @@ class SessionManager:
 
     async def list(self) -> Infos:
         """Every registered session, most recently active first."""
-        sessions: Infos = []
-        cursor: str | None = None
-        while True:
-            page = await self.list_page(limit=LIST_LIMIT_MAX, cursor=cursor)
-            sessions += page["sessions"]
-            cursor = page["cursor"]
-            if cursor is None:
-                return sessions
+        await self._ms.wait_for("registry")
+        rows, _ = self._ms.read_models.registry.page(self._ms.namespace, _ALL)
+        return rows
 
     async def list_page(self, *, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
         """A page of registered sessions, most recently active first: ``{"sessions": [...],
