@@ -28,7 +28,7 @@ def ids(messages: Sequence[dict[str, Any]]) -> list[str]:
     return [m["id"] for m in messages]
 
 
-def fixed(result: dict[str, str] | None, calls: list[list[str]] | None = None) -> Any:
+def fixed(result: dict[str, Any] | None, calls: list[list[str]] | None = None) -> Any:
     """A compaction function that returns ``result`` (and records the histories it saw)."""
 
     async def compact(messages: Sequence[dict[str, Any]], context: object = None) -> Any:
@@ -230,3 +230,83 @@ async def test_a_compaction_on_a_sibling_branch_does_not_extend_the_other_branch
     assert result == {"from_message_id": "b1", "to_message_id": "b2", "summary": "b"}
     assert [m["parts"][0]["text"] for m in await session.get_history("b3")][1] == "b"
     assert [m["parts"][0]["text"] for m in await session.get_history("a3")][1] == "branch a"
+
+
+async def test_estimates_never_store_a_prompt_and_reuse_a_frozen_one(ms: Memstream) -> None:
+    calls: list[list[str]] = []
+    result = {"from_message_id": "m0", "to_message_id": "m1", "summary": "s"}
+    # Given a cached prompt that was never frozen, and a threshold the session stays under
+    quiet = (
+        ms.session("quiet-prompt")
+        .with_context("rules", provider=StaticContext("x" * 400))
+        .with_cached_prompt()
+        .on_compaction(fixed(result, calls))
+        .compact_after(10**6)
+    )
+    await quiet.append_message(msg("m0"))
+    await quiet.append_message(msg("m1"))
+    # Then estimating stored no prompt
+    await ms.wait_for("context")
+    assert ms.context_queries.cached_prompt(ms.namespace, "quiet-prompt") is None
+    # Given a frozen 400-character prompt whose block is then made short
+    block = {"text": "y" * 400}
+
+    class Mutable:
+        def get(self) -> str:
+            return block["text"]
+
+    frozen = (
+        ms.session("frozen-prompt")
+        .with_context("rules", provider=Mutable())
+        .on_compaction(fixed(result, calls))
+        .compact_after(50)
+    )
+    await frozen.freeze_system_prompt()
+    block["text"] = "short"
+    # When two short messages are appended, Then the frozen prompt is what is counted
+    await frozen.append_message(msg("m0"))
+    await frozen.append_message(msg("m1"))
+    assert calls, "the frozen 400-character prompt should have put the session over 50"
+
+
+async def test_a_custom_counter_sees_the_history_prompt_and_blocks(ms: Memstream) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def counter(parts: dict[str, Any]) -> int:
+        seen.append(parts)
+        return 11
+
+    calls: list[list[str]] = []
+    session = (
+        ms.session("counted")
+        .with_context("memory", description="Facts")
+        .on_compaction(
+            fixed({"from_message_id": "m0", "to_message_id": "m1", "summary": "s"}, calls)
+        )
+        .compact_after(10, token_counter=counter)
+    )
+    await session.replace_context_block("memory", "likes green tea")
+    await session.append_message(msg("m0"))
+    await session.append_message(msg("m1"))
+    last = seen[-1]
+    assert ids(last["messages"]) == ["m0", "m1"]
+    assert "likes green tea" in last["system_prompt"]
+    assert last["context_blocks"][0].label == "memory"
+    assert len(calls) == 2  # 11 > 10 after each append
+    assert len(await session.get_compactions()) >= 1
+
+
+async def test_a_failing_store_of_the_overlay_reaches_the_handler_once(ms: Memstream) -> None:
+    errors: list[BaseException] = []
+    bad = {"from_message_id": "m0", "to_message_id": "m0", "summary": 12}  # not a string
+    session = (
+        ms.session("bad-result")
+        .on_compaction(fixed(bad))
+        .compact_after(0)
+        .on_compaction_error(errors.append)
+    )
+    await session.append_message(msg("m0"))
+    assert len(errors) == 1
+    assert "summary" in str(errors[0])
+    assert ids(await session.get_history()) == ["m0"]
+    assert await session.get_compactions() == []

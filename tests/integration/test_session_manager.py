@@ -222,3 +222,15 @@ async def test_delete_removes_the_session_and_the_log_replays(
     results = await verify(ms.log, SqliteCopy(Path(settings.data_dir) / "memstream.db"))
     assert [r.projection for r in results] == ["sessions", "context", "registry"]
     assert all(r.ok for r in results), results
+
+
+async def test_a_fork_sorts_first_in_the_list(manager: SessionManager) -> None:
+    source = (await manager.create("Source"))["id"]
+    await manager.append_all(source, [msg("m0"), msg("m1"), msg("m2")])
+    await manager.create("Later")
+    fork = await manager.fork(source, "m1", "Fork")
+    listed = await manager.list()
+    assert listed[0]["name"] == "Fork"
+    assert listed[0]["updated_at"] >= listed[0]["created_at"]
+    assert listed[0]["parent_session_id"] == source
+    assert len(await manager.get_history(fork["id"])) == 2
