@@ -119,6 +119,15 @@ class ContextDocument(Aggregate):
         def apply(self, aggregate: Any) -> None:
             aggregate.content = self.content
 
+    class ContextBlockDeleted(Event):
+        """The block was removed (its session was deleted): it reads as never written."""
+
+        label: str
+        session_id: str | None
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.content = None
+
     label: str
     session_id: str | None
     content: str | None
@@ -159,6 +168,20 @@ class ContextDocument(Aggregate):
                 label=self.label,
                 session_id=self.session_id,
                 content=text,
+            )
+        ]
+
+    def delete(self) -> list[Aggregate.Event]:
+        """Decide the removal of the block (never written or removed already: no-op)."""
+        if self.content is None:
+            return []
+        return [
+            next_event(
+                self,
+                self.ContextBlockDeleted,
+                key=storage_key(self.label, self.session_id),
+                label=self.label,
+                session_id=self.session_id,
             )
         ]
 

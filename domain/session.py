@@ -127,6 +127,12 @@ class SessionAggregate(Aggregate):
         def apply(self, aggregate: Any) -> None:
             aggregate.frozen_prompt = self.prompt
 
+    class SystemPromptCleared(Event):
+        """The session's frozen system prompt was removed (the session was deleted)."""
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.frozen_prompt = None
+
     class SkillLoaded(Event):
         """A skill (``key`` of skill block ``label``) was loaded into the conversation."""
 
@@ -317,6 +323,12 @@ class SessionAggregate(Aggregate):
         if self.frozen_prompt == text:
             return []
         return [self._decide(self.SystemPromptFrozen, prompt=text, refreshed=True)]
+
+    def clear_system_prompt(self) -> list[Event]:
+        """Decide the removal of the frozen prompt (none frozen: no-op)."""
+        if self.frozen_prompt is None:
+            return []
+        return [self._decide(self.SystemPromptCleared)]
 
     def load_skill(self, label: object, key: object) -> list[Event]:
         """Decide that a skill was loaded (already loaded: no-op)."""

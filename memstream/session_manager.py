@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from memstream.context.tools import Tool, ToolSet
+from memstream.domain.context import ContextDocument, document_id
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError, NotFoundError
 from memstream.domain.limits import (
     BATCH_MAX_MESSAGES,
@@ -23,7 +24,7 @@ from memstream.domain.limits import (
     search_query,
 )
 from memstream.domain.messages import Message, normalize_message
-from memstream.domain.session import OMITTED
+from memstream.domain.session import OMITTED, SessionAggregate
 from memstream.domain.session_registry import SessionRecord, check_name
 from memstream.domain.tool_specs import NO_RESULTS, session_search_spec
 from memstream.projections.ports import ReadModels
@@ -47,6 +48,9 @@ class ManagerClient(SessionClient, Protocol):
 
     @property
     def records(self) -> AggregateStore[SessionRecord]: ...
+
+    @property
+    def blocks(self) -> AggregateStore[ContextDocument]: ...
 
     @property
     def read_models(self) -> ReadModels: ...
@@ -217,14 +221,20 @@ class SessionManager:
         await self._record(session_id, lambda r: r.rename(name))
 
     async def delete(self, session_id: str) -> None:
-        """Remove a session: its messages, overlays and search rows (cleared), its built-in
-        context blocks (emptied) and its registration. Idempotent."""
+        """Remove everything of a session (Part A.9), as events: its messages, overlays and
+        search rows, its built-in context blocks, its cached prompt and its registration.
+        Idempotent."""
         session = self.get_session(session_id)
+        await session.clear_messages()  # (which may refresh the cached prompt: removed below)
         for label, options in self._contexts:
             if options.get("provider") is None:
-                await session.replace_context_block(label, "")
-        # Last: a clear refreshes the cached prompt, now rendered from the emptied blocks.
-        await session.clear_messages()
+                await self._ms.command(
+                    self._ms.blocks,
+                    "block",
+                    document_id(label, session_id),
+                    ContextDocument.delete,
+                )
+        await self._ms.session_command(session_id, SessionAggregate.clear_system_prompt)
         await self._record(session_id, SessionRecord.delete)
         self._sessions.pop(session_id, None)
 

@@ -67,7 +67,29 @@ class ClearSkills:
     session_id: str
 
 
-ContextWrite = WriteBlock | WritePrompt | IndexEntry | LoadSkill | UnloadSkill | ClearSkills
+@dataclass(frozen=True, slots=True)
+class DropBlock:
+    namespace: str
+    session_id: str | None
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class DropPrompt:
+    namespace: str
+    session_id: str
+
+
+ContextWrite = (
+    WriteBlock
+    | WritePrompt
+    | IndexEntry
+    | LoadSkill
+    | UnloadSkill
+    | ClearSkills
+    | DropBlock
+    | DropPrompt
+)
 
 
 def project_context_event(namespace: str, seq: int, event: object) -> list[ContextWrite]:
@@ -101,6 +123,10 @@ def project_context_event(namespace: str, seq: int, event: object) -> list[Conte
         return [
             WritePrompt(namespace, event.session_id, event.prompt, seq, event.timestamp.isoformat())
         ]
+    if isinstance(event, ContextDocument.ContextBlockDeleted):
+        return [DropBlock(namespace, event.session_id, event.label)]
+    if isinstance(event, SessionAggregate.SystemPromptCleared):
+        return [DropPrompt(namespace, event.session_id)]
     if isinstance(event, SessionAggregate.SkillLoaded):
         return [LoadSkill(namespace, event.session_id, event.label, event.key, seq)]
     if isinstance(event, SessionAggregate.SkillUnloaded):

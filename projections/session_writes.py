@@ -72,11 +72,12 @@ class RecordPosition:
 
 @dataclass(frozen=True, slots=True)
 class RecordPrompt:
-    """The session's frozen system prompt (decision state kept next to the messages)."""
+    """The session's frozen system prompt (decision state kept next to the messages;
+    ``None``: cleared)."""
 
     namespace: str
     session_id: str
-    prompt: str
+    prompt: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +179,8 @@ def _writes(namespace: str, seq: int, event: SessionAggregate.Event) -> list[Ses
         ]
     if isinstance(event, SessionAggregate.SystemPromptFrozen):
         return [RecordPrompt(namespace, event.session_id, event.prompt)]
+    if isinstance(event, SessionAggregate.SystemPromptCleared):
+        return [RecordPrompt(namespace, event.session_id, None)]
     if isinstance(event, SessionAggregate.SkillLoaded | SessionAggregate.SkillUnloaded):
         loaded = isinstance(event, SessionAggregate.SkillLoaded)
         return [RecordSkill(namespace, event.session_id, f"{event.label}:{event.key}", loaded)]

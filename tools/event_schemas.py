@@ -58,6 +58,7 @@ FIELDS: dict[str, dict[str, dict[str, Any]]] = {
         "to_message_id": STRING,
     },
     "session.system_prompt_frozen": {**SESSION, "prompt": STRING, "refreshed": {"type": "boolean"}},
+    "session.system_prompt_cleared": {**SESSION},
     "session.skill_loaded": {**SESSION, "label": STRING, "key": STRING},
     "session.skill_unloaded": {**SESSION, "label": STRING, "key": STRING},
     "context.block_written": {
@@ -66,6 +67,7 @@ FIELDS: dict[str, dict[str, dict[str, Any]]] = {
         "session_id": NULLABLE_STRING,
         "content": STRING,
     },
+    "context.block_deleted": {"key": STRING, "label": STRING, "session_id": NULLABLE_STRING},
     "context.search_entry_indexed": {"key": STRING, "entry_key": STRING, "content": STRING},
     "registry.session_created": {
         **SESSION,

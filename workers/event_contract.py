@@ -51,9 +51,11 @@ EVENT_TYPES: Final[dict[str, type[Any]]] = {
     "session.messages_cleared": SessionAggregate.MessagesCleared,
     "session.compaction_added": SessionAggregate.CompactionAdded,
     "session.system_prompt_frozen": SessionAggregate.SystemPromptFrozen,
+    "session.system_prompt_cleared": SessionAggregate.SystemPromptCleared,
     "session.skill_loaded": SessionAggregate.SkillLoaded,
     "session.skill_unloaded": SessionAggregate.SkillUnloaded,
     "context.block_written": ContextDocument.ContextBlockWritten,
+    "context.block_deleted": ContextDocument.ContextBlockDeleted,
     "context.search_entry_indexed": SearchIndex.SearchEntryIndexed,
     "registry.session_created": SessionRecord.SessionCreated,
     "registry.session_renamed": SessionRecord.SessionRenamed,
@@ -297,7 +299,7 @@ def aggregate_id(name: str, data: dict[str, Any], namespace: str) -> uuid.UUID:
         key = ("session", namespace, data["session_id"])
     elif name.startswith("registry."):
         key = ("registry", namespace, data["session_id"])
-    elif name == "context.block_written":
+    elif name in ("context.block_written", "context.block_deleted"):
         key = ("block", namespace, document_id(data["label"], data["session_id"]))
     else:
         key = ("search", namespace, data["key"])

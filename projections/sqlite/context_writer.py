@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from memstream.projections.context_writes import (
     ClearSkills,
     ContextWrite,
+    DropBlock,
+    DropPrompt,
     IndexEntry,
     LoadSkill,
     UnloadSkill,
@@ -74,6 +76,16 @@ def apply_context_writes(connection: sqlite3.Connection, writes: Iterable[Contex
         elif isinstance(write, ClearSkills):
             connection.execute(
                 "DELETE FROM loaded_skills WHERE namespace = ? AND session_id = ?",
+                (write.namespace, write.session_id),
+            )
+        elif isinstance(write, DropBlock):
+            connection.execute(
+                "DELETE FROM context_blocks WHERE namespace = ? AND session_id = ? AND label = ?",
+                (write.namespace, write.session_id or "", write.label),
+            )
+        elif isinstance(write, DropPrompt):
+            connection.execute(
+                "DELETE FROM cached_prompts WHERE namespace = ? AND session_id = ?",
                 (write.namespace, write.session_id),
             )
 

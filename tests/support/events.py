@@ -31,11 +31,17 @@ def every_event() -> list[Any]:
     take(session.update_message(msg("m2", "changed")))
     take(session.add_compaction("a summary", "m1", "m2"))
     take(session.freeze_system_prompt("the prompt"))
+    take(session.clear_system_prompt())
+    take(session.freeze_system_prompt("the prompt"))
     take(session.load_skill("docs", "a"))
     take(session.unload_skill("docs", "a"))
     take(session.delete_messages(["m3"]))
     take(session.clear_messages())
     document = ContextDocument.empty("default", document_id("notes", "s"))
+    for decide in (lambda: document.replace("some notes"), document.delete):
+        for event in decide():
+            event.mutate(document)
+            events.append(event)
     events += document.replace("some notes")
     index = SearchIndex.empty("default", "kb")
     events += index.index("k1", "an entry")

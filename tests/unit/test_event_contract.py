@@ -127,7 +127,7 @@ def test_events_written_before_the_aggregate_was_renamed_are_still_read() -> Non
     # was called Session
     meta = CommandMeta()
     sessions = [e for e in every_event() if isinstance(e, SessionAggregate.Event)]
-    assert len(sessions) == sum(name.startswith("session.") for name in EVENT_TYPES)
+    assert len({type(e) for e in sessions}) == sum(n.startswith("session.") for n in EVENT_TYPES)
     for event in sessions:
         payload, headers = _encode_stored(event, meta, meta.command_id)
         name = type(event).__name__
