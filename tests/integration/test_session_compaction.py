@@ -310,3 +310,14 @@ async def test_a_failing_store_of_the_overlay_reaches_the_handler_once(ms: Memst
     assert "summary" in str(errors[0])
     assert ids(await session.get_history()) == ["m0"]
     assert await session.get_compactions() == []
+
+
+async def test_a_compaction_belongs_to_its_session(ms: Memstream) -> None:
+    a, b = ms.session("scoped-a"), ms.session("scoped-b")
+    for session in (a, b):
+        await session.append_messages([msg("m0"), msg("m1"), msg("m2")])
+    a.on_compaction(fixed({"from_message_id": "m0", "to_message_id": "m1", "summary": "s"}))
+    assert await a.compact() is not None
+    assert ids(await b.get_history()) == ["m0", "m1", "m2"]
+    assert await b.get_compactions() == []
+    assert len(await a.get_compactions()) == 1
