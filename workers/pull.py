@@ -61,6 +61,11 @@ def _status(msg: Msg) -> str | None:
     return msg.headers.get(api.Header.STATUS) if msg.headers else None
 
 
+# Once a fetch holds a message, how long it waits for the next before it returns (a server
+# streams a batch's messages back to back: far less than this apart).
+SETTLE = 0.002
+
+
 class Puller:
     """Batches from one pull consumer (durable or ephemeral), in stream order."""
 
@@ -149,9 +154,19 @@ class Puller:
 
     async def _collect(self, msgs: list[Msg], batch: int, reply: str, deadline: float) -> None:
         """Add messages to ``msgs`` until the request sent from ``reply`` ends, ``batch`` is
-        reached or the deadline passes."""
+        reached or the deadline passes, or, once there is a message, until no more arrives
+        within :data:`SETTLE` seconds.
+
+        That last bound matters after the event loop was held up: the server may then have
+        delivered the new messages under an earlier request that was still open on its side
+        (and ended that one), while the request sent from ``reply`` waits for its expiry (half
+        a second later) with nothing more to deliver. A message it delivers later is buffered
+        for the next fetch.
+        """
         while len(msgs) < batch:
-            msg = await self._take(deadline)
+            msg = await self._take(
+                deadline if not msgs else min(deadline, time.monotonic() + SETTLE)
+            )
             if msg is None:
                 return
             status = _status(msg)

@@ -137,6 +137,25 @@ async def test_a_status_left_by_an_expired_request_does_not_end_the_next_fetch(
     assert time.monotonic() - started < 1.0
 
 
+async def test_a_message_delivered_under_an_earlier_open_request_is_returned_at_once(
+    client: Client,
+) -> None:
+    # Given a pull request still open on the server from before (as after a fetch gave up while
+    # the event loop was held up), and a fetch that waits up to 5 s with a request of its own
+    psub = await _consumer(client, "earlier")
+    await psub._request({"batch": 10, "expires": 5_000_000_000})
+    await asyncio.sleep(0.05)
+    fetching = asyncio.create_task(psub.fetch(10, 5.0))
+    await asyncio.sleep(0.05)
+    # When a message is published: the server hands it to the earlier request
+    started = time.monotonic()
+    await _publish(client, 1)
+    msgs = await asyncio.wait_for(fetching, 6.0)
+    # Then the fetch returns it at once, not when its own request expires
+    assert [m.data for m in msgs] == [b"0"]
+    assert time.monotonic() - started < 1.0
+
+
 async def test_an_ephemeral_consumer_is_deleted_on_close(client: Client) -> None:
     await _publish(client, 3)
     config = api.ConsumerConfig(ack_policy=api.AckPolicy.NONE, inactive_threshold=30.0)
