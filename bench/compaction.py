@@ -30,9 +30,8 @@ async def _compact_one(
     compaction function alone on the same history (which must decide the same overlay)."""
     session = memstream.session(session_id).on_compaction(compact)
     history = await session.get_history()
-    # The event loop idle a moment first, as after a model call: right after the loop was busy
-    # for half a second (the previous baseline, pure CPU), a compaction waits ~0.5 s more for
-    # its overlay to be projected (see the notes).
+    # The event loop idle a moment first, as after a model call (the case right after a busy
+    # loop is measured apart: see _after_busy_loop and the notes).
     await asyncio.sleep(IDLE)
     start = time.perf_counter()
     result = await session.compact()
@@ -113,8 +112,9 @@ async def run() -> Row:
         f"deciding the same overlay; seconds ours/alone "
         + ", ".join(f"{o:.3f}/{b:.3f}" for o, b in zip(ours, baseline, strict=True))
         + f"; right after the event loop was busy (the function alone run just before, "
-        f"~{median(baseline):.2f} s of CPU) a compaction took {busy:.3f} s, the excess idle "
-        f"time (not CPU) before its overlay was read back; peak = tracemalloc peak over one "
+        f"~{median(baseline):.2f} s of CPU) a compaction took {busy:.3f} s (it waited 0.5 s "
+        f"more for its overlay to be projected until pull fetches stopped waiting for their "
+        f"own request's expiry once they hold a message); peak = tracemalloc peak over one "
         f"more compaction, Python allocations only (SQLite's page cache not counted), for a "
         f"history of {history_bytes / 2**20:.2f} MiB of message JSON; the summary is "
         f"{len(summary):,} characters and the history reads {kept} messages after it; no "
