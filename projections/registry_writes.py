@@ -9,6 +9,7 @@ most recently active first.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
@@ -31,17 +32,27 @@ class RegisterSession:
 @dataclass(frozen=True, slots=True)
 class ChangeSession:
     """Set ``name`` or ``end_reason`` and add ``usage`` (input, output, cost) to a registered
-    session's row, and touch it; ``version``: the record's version after a registry event
-    (``None`` for a touch by the session's own events)."""
+    session's row, and touch it; ``version``: the record's version after the event."""
 
     namespace: str
     session_id: str
     at: str
     seq: int
-    version: int | None = None
+    version: int
     name: str | None = None
     end_reason: str | None = None
     usage: tuple[int, int, float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TouchSession:
+    """An event of the session itself (its messages, its context): the row's last activity,
+    if the session is registered. Only the last touch of a session in a batch matters."""
+
+    namespace: str
+    session_id: str
+    at: datetime
+    seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +61,14 @@ class ForgetSession:
     session_id: str
 
 
-RegistryWrite = RegisterSession | ChangeSession | ForgetSession
+RegistryWrite = RegisterSession | ChangeSession | TouchSession | ForgetSession
 
 
 def project_registry_event(namespace: str, seq: int, event: object) -> list[RegistryWrite]:
     """Writes that apply ``event`` (at stream sequence ``seq``) to the registry read model."""
     if isinstance(event, SessionAggregate.Event):
         # Any change of a session's messages or context touches its row (if registered).
-        return [ChangeSession(namespace, event.session_id, event.timestamp.isoformat(), seq)]
+        return [TouchSession(namespace, event.session_id, event.timestamp, seq)]
     if not isinstance(event, SessionRecord.Event):
         return []
     at = event.timestamp.isoformat()

@@ -15,7 +15,6 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from memstream.domain.session import SessionAggregate
 from memstream.projections.context_writes import project_context_event
 from memstream.projections.ports import (
     MAX_ATTEMPTS,
@@ -25,7 +24,7 @@ from memstream.projections.ports import (
     ReadModelRewound,
     run_steps,
 )
-from memstream.projections.registry_writes import project_registry_event
+from memstream.projections.registry_writes import TouchSession, project_registry_event
 from memstream.projections.session_writes import project_session_event
 from memstream.projections.sqlite.checkpointer import Checkpointer
 from memstream.projections.sqlite.context_writer import apply_context_writes
@@ -132,13 +131,12 @@ class RegistryProjection:
     def apply(
         self, connection: sqlite3.Connection, namespace: str, seq: int, event: object
     ) -> None:
-        if isinstance(event, SessionAggregate.Event):
-            self.touches[(namespace, event.session_id)] = (event.timestamp, seq)
-            return
-        writes = project_registry_event(namespace, seq, event)
-        if writes:
-            self.before_commit(connection)  # a later write must not be overtaken by a touch
-            apply_registry_writes(connection, writes)
+        for write in project_registry_event(namespace, seq, event):
+            if isinstance(write, TouchSession):
+                self.touches[(namespace, write.session_id)] = (write.at, write.seq)
+            else:
+                self.before_commit(connection)  # a later write must not be overtaken by a touch
+                apply_registry_writes(connection, [write])
 
     def forget(self) -> None:
         self.touches.clear()

@@ -10,6 +10,7 @@ from memstream.projections.registry_writes import (
     ForgetSession,
     RegisterSession,
     RegistryWrite,
+    TouchSession,
 )
 
 
@@ -22,8 +23,7 @@ def apply_registry_writes(connection: sqlite3.Connection, writes: Iterable[Regis
                 "UPDATE session_registry SET name = coalesce(?, name), "
                 "end_reason = coalesce(?, end_reason), input_tokens = input_tokens + ?, "
                 "output_tokens = output_tokens + ?, cost = cost + ?, updated_at = ?, "
-                "updated_seq = ?, record_seq = coalesce(?, record_seq), "
-                "record_version = coalesce(?, record_version) "
+                "updated_seq = ?, record_seq = ?, record_version = ? "
                 "WHERE namespace = ? AND session_id = ?",
                 (
                     write.name,
@@ -31,7 +31,7 @@ def apply_registry_writes(connection: sqlite3.Connection, writes: Iterable[Regis
                     *usage,
                     write.at,
                     write.seq,
-                    None if write.version is None else write.seq,
+                    write.seq,
                     write.version,
                     write.namespace,
                     write.session_id,
@@ -57,6 +57,10 @@ def apply_registry_writes(connection: sqlite3.Connection, writes: Iterable[Regis
                     write.seq,
                     write.version,
                 ),
+            )
+        elif isinstance(write, TouchSession):
+            touch_sessions(
+                connection, [(write.namespace, write.session_id, write.at.isoformat(), write.seq)]
             )
         elif isinstance(write, ForgetSession):
             connection.execute(
