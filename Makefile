@@ -10,6 +10,8 @@ export HF_HUB_OFFLINE := 1
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	# The CPU build first: an unpinned torch would pull a multi-GB CUDA build.
+	$(BIN)/pip install --quiet "torch==2.13.0"
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
