@@ -27,6 +27,7 @@ from nats.js import api
 from memstream.domain.errors import MemstreamError, ReadModelDamagedError
 from memstream.projections.ports import (
     PROJECTIONS,
+    PROJECTOR_PROJECTIONS,
     CopyLock,
     ProjectorStats,
     ReadModelCopy,
@@ -72,11 +73,11 @@ PROJECTOR_CONSUMER_PREFIX = "projector-"
 
 def projector_consumer(copy: str, projections: Sequence[str] = PROJECTIONS) -> str:
     """The durable consumer name of a projector of ``projections`` in read-model copy ``copy``:
-    ``projector-<copy>`` for all of them, else ``projector-<copy>-<name>[-<name>...]``. Each
-    projector has its own: projectors of other projections of the copy (a slow one) never hold
+    ``projector-<copy>`` for the projector's default set, else
+    ``projector-<copy>-<name>[-<name>...]``. Each projector has its own: projectors of other projections of the copy (a slow one) never hold
     it up."""
     names = [name for name in PROJECTIONS if name in projections]
-    if names == list(PROJECTIONS):
+    if names == list(PROJECTOR_PROJECTIONS):
         return f"{PROJECTOR_CONSUMER_PREFIX}{copy}"
     return f"{PROJECTOR_CONSUMER_PREFIX}{copy}-{'-'.join(names)}"
 
@@ -149,7 +150,7 @@ class ProjectorWorker:
         cls,
         log: EventLog,
         copy: ReadModelCopy,
-        projections: Sequence[str] = PROJECTIONS,
+        projections: Sequence[str] = PROJECTOR_PROJECTIONS,
         **options: Any,
     ) -> ProjectorWorker:
         """A projector of ``projections`` (registry names) for the read-model copy ``copy``,
@@ -196,6 +197,8 @@ class ProjectorWorker:
                     ack_policy=api.AckPolicy.ALL,
                     ack_wait=60.0,
                     max_ack_pending=-1,
+                    # Every event, even for projections of some kinds only: a position
+                    # that passes over the others is what readers wait for.
                     filter_subject=f"{self.log.subject_prefix}.>",
                 ),
             )
