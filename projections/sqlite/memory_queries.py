@@ -3,7 +3,6 @@ history, extraction progress, and the lookups of recall's channels."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -327,21 +326,15 @@ class SqliteMemoryQueries:
         return [r[0] for r in rows]
 
     def vectors(
-        self, namespace: str, profile: str, kind: str
-    ) -> tuple[list[str], list[bytes], set[str], int]:
-        """The profile's vectors of ``kind``: ids, float32 blobs, the models that made them,
-        and the highest sequence among them (for caching)."""
+        self, namespace: str, profile: str, kind: str, model: str
+    ) -> tuple[list[str], list[bytes]]:
+        """The profile's vectors of ``kind`` made by ``model``: ids and float32 blobs."""
         rows = self.connection.execute(
-            "SELECT item_id, vector, model, seq FROM memory_vectors WHERE namespace = ? "
-            "AND profile = ? AND kind = ? ORDER BY item_id",
-            (namespace, profile, kind),
+            "SELECT item_id, vector FROM memory_vectors WHERE namespace = ? AND profile = ? "
+            "AND kind = ? AND model = ? ORDER BY item_id",
+            (namespace, profile, kind, model),
         ).fetchall()
-        return (
-            [r[0] for r in rows],
-            [r[1] for r in rows],
-            {r[2] for r in rows},
-            max((int(r[3]) for r in rows), default=0),
-        )
+        return [r[0] for r in rows], [r[1] for r in rows]
 
     def vector_state(self, namespace: str, profile: str, kind: str) -> tuple[int, int]:
         """How many vectors of ``kind`` the profile has and their highest sequence: what a
@@ -352,7 +345,3 @@ class SqliteMemoryQueries:
             (namespace, profile, kind),
         ).fetchone()
         return int(row[0]), int(row[1])
-
-
-def decode_list(text: str | None) -> list[str]:
-    return list(json.loads(text)) if text else []

@@ -7,14 +7,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
+from memstream.projections.vector_search import pack
 from memstream.projections.vector_writes import DropVectors, EmbedTexts
-
-
-def pack(vector: Any) -> bytes:
-    """A vector as little-endian float32 bytes."""
-    return np.asarray(vector, dtype="<f4").tobytes()
 
 
 def store_vectors(
