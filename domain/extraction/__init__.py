@@ -16,8 +16,9 @@ from memstream.domain.extraction.model import (
 )
 from memstream.domain.extraction.offline import OfflineExtractor
 from memstream.domain.extraction.query_windows import query_window
+from memstream.domain.extraction.question_topics import query_topic_keys
 from memstream.domain.extraction.sentences import split_sentences
-from memstream.domain.extraction.topics import query_topic_keys, topic_key
+from memstream.domain.extraction.topics import topic_key
 from memstream.domain.extraction.vocabulary import keywords
 
 __all__ = [

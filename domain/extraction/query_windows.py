@@ -7,12 +7,8 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from memstream.domain.extraction.dates import (
-    Tense,
-    find_time_mentions,
-    guess_tense,
-    number_value,
-)
+from memstream.domain.extraction.date_rules import Tense, number_value
+from memstream.domain.extraction.dates import find_time_mentions, guess_tense
 from memstream.domain.extraction.model import TimeWindow
 
 RECENT_DAYS: Final = 30

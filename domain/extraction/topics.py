@@ -1,5 +1,4 @@
-"""Topic keys ("user:lives_in", "agent:answer_language") from a normalised subject and predicate,
-for memories and for the questions that ask about them."""
+"""Topic keys ("user:lives_in", "agent:answer_language") from normalised subject and predicate."""
 
 from __future__ import annotations
 
@@ -31,18 +30,18 @@ _OCCUPATION_WORDS: Final = (
 )
 OCCUPATIONS: Final = frozenset(_OCCUPATION_WORDS.split())
 # "my X is ..." names an attribute (one value at a time) when X ends with one of these.
-_ATTRIBUTES_WORDS: Final = (
+__ATTRIBUTE_WORDS: Final = (
     "name email address phone number age birthday job occupation color size height weight "
     "nickname username password title role job_title hometown city country language timezone "
     "religion goal major degree salary rent budget status"
 )
-_ATTRIBUTES: Final = frozenset(_ATTRIBUTES_WORDS.split())
+ATTRIBUTES: Final = frozenset(__ATTRIBUTE_WORDS.split())
 _LANGUAGES: Final = (
     "english|french|german|spanish|italian|portuguese|dutch|japanese|chinese|mandarin|korean|"
     "russian|arabic|hindi|polish|swedish|norwegian|danish|finnish|greek|turkish|hebrew"
 )
 _I = re.IGNORECASE
-_INSTRUCTION_THEMES: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
+INSTRUCTION_THEMES: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (
         re.compile(rf"\b(?:in|into|use|speak|using) (?:{_LANGUAGES})\b|\blanguage\b", _I),
         "answer_language",
@@ -142,7 +141,7 @@ _PREDICATES: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
         "diet",
     ),
 )
-_FAVORITE: Final = re.compile(
+FAVORITE: Final = re.compile(
     r"\bsubj's (?:\w+ )?favorite ((?:\w+ ){0,2}?\w+) (?:be|of all)\b|"
     r"\bbe subj's (?:\w+ )?favorite (\w+(?: \w+)?)\b|\bsubj's favorite (\w+)\b"
 )
@@ -232,89 +231,13 @@ def topic_key(text: str, memory_type: MemoryType, subject: str = USER) -> str:
     if _NAME.search(form):
         return f"{owner}:name"
     if memory_type == "instruction":
-        for pattern, theme in _INSTRUCTION_THEMES:
+        for pattern, theme in INSTRUCTION_THEMES:
             if pattern.search(text):
                 return f"{AGENT}:{theme}"
         return f"{AGENT}:{_directive(text)}"
     return f"{owner}:{_predicate(form)}"
 
 
-def query_topic_keys(query: str) -> list[str]:
-    """The topic keys a question is about, most likely first; ``[]`` if it names none.
-
-    "Where does Caroline live?" → ``["caroline:lives_in"]``; "What is my favourite colour?" →
-    ``["user:favorite_color"]``; "What language should you answer in?" →
-    ``["agent:answer_language"]``.
-    """
-    name = _named_subject(query)
-    owner = subject_slug(name) if name else USER
-    form = canonical(query, (name,) if name else ())
-    keys: list[str] = []
-    for pattern, predicates in _QUESTION_KEYS:
-        if pattern.search(form):
-            keys.extend(f"{owner}:{p}" for p in predicates)
-    favorite = _FAVORITE.search(form)
-    if favorite is not None:
-        keys.append(f"{owner}:{_favorite_key(favorite)}")
-    attribute = re.search(r"\bwhat be subj's ((?:\w+ ){0,2}?\w+)$", form)
-    if attribute is not None:
-        words = [normalise_word(w) for w in attribute[1].split() if w not in STOPWORDS]
-        if words and words[-1] in _ATTRIBUTES:
-            keys.append(f"{owner}:{'_'.join(words)}")
-    if re.search(r"\b(?:you|your|respond|answer|reply|replies|responses|answers)\b", query, _I):
-        for pattern, theme in _INSTRUCTION_THEMES:
-            if pattern.search(query):
-                keys.append(f"{AGENT}:{theme}")
-                break
-    return list(dict.fromkeys(keys))
-
-
-_QUESTION_KEYS: Final[tuple[tuple[re.Pattern[str], tuple[str, ...]], ...]] = (
-    (
-        re.compile(
-            r"\bwhere (?:do|does|did) subj (?:\w+ )?live\b|\bwhere be subj (?:living|based)\b"
-            r"|\bwhat (?:city|country|town|place) (?:do|does|did) subj live\b|"
-            r"\bsubj's (?:home|address)\b|\bwhere (?:do|does|did) subj move to\b"
-        ),
-        ("lives_in",),
-    ),
-    (
-        re.compile(
-            r"\bwhere be subj (?:originally )?from\b|\bwhere (?:do|does|did) subj grow up\b|"
-            r"\bsubj's hometown\b|\bwhere did subj move from\b|\bwhere be subj born\b"
-        ),
-        ("hometown", "lives_in"),
-    ),
-    (
-        re.compile(
-            r"\bwhere (?:do|does|did) subj work\b|\bwho (?:do|does|did) subj work for\b|"
-            r"\bwhat company\b|\bsubj's (?:employer|company)\b"
-        ),
-        ("works_at", "occupation"),
-    ),
-    (
-        re.compile(
-            r"\bwhat (?:do|does) subj do for (?:a living|work)\b|\bsubj's (?:job|occupation|"
-            r"profession|career)\b|\bwhat (?:do|does) subj work as\b|\bwhat (?:do|does) "
-            r"subj do$"
-        ),
-        ("occupation", "works_at"),
-    ),
-    (
-        re.compile(
-            r"\bsubj's name\b|\bwhat (?:should|do|does) (?:you|i|\w+) call subj\b|"
-            r"\bwhat be subj called\b"
-        ),
-        ("name",),
-    ),
-    (re.compile(r"\bhow old be subj\b|\bsubj's age\b"), ("age",)),
-    (re.compile(r"\bsubj's birthday\b|\bwhen be subj born\b"), ("birthday",)),
-    (
-        re.compile(r"\bsubj's relationship\b|\bbe subj (?:married|single|dating|engaged)\b"),
-        ("relationship_status",),
-    ),
-    (re.compile(r"\bsubj's diet\b|\bbe subj (?:a )?(?:vegetarian|vegan)\b"), ("diet",)),
-)
 _DIRECTIVE_FILLER_WORDS: Final = (
     "please always never don't do not from now on you should must make sure to i i'd i'm like "
     "want would prefer ever kindly going forward the in future it if when that your can could "
@@ -327,9 +250,9 @@ def _predicate(form: str) -> str:
     for pattern, key in _PREDICATES:
         if pattern.search(form):
             return key
-    favorite = _FAVORITE.search(form)
+    favorite = FAVORITE.search(form)
     if favorite is not None:
-        return _favorite_key(favorite)
+        return favorite_key(favorite)
     occupation = _OCCUPATION.search(form)
     if occupation is not None and normalise_word(occupation[1]) in OCCUPATIONS:
         return "occupation"
@@ -337,7 +260,7 @@ def _predicate(form: str) -> str:
     if attribute is not None:
         words = [normalise_word(w) for w in attribute[1].split() if w not in STOPWORDS]
         if words:
-            if words[-1] in _ATTRIBUTES:
+            if words[-1] in ATTRIBUTES:
                 return "_".join(words)
             head = _head(form[attribute.end() :])
             return "_".join([*words, head] if head else words)
@@ -352,7 +275,7 @@ def _predicate(form: str) -> str:
     return _verb_object(form) or _about(form)
 
 
-def _favorite_key(match: re.Match[str]) -> str:
+def favorite_key(match: re.Match[str]) -> str:
     phrase = next(g for g in match.groups() if g)
     words = [normalise_word(w) for w in phrase.split() if w not in STOPWORDS and w != "subj"]
     return "favorite_" + "_".join(words or ["thing"])
@@ -400,14 +323,4 @@ def _third_person_subject(text: str) -> str | None:
         return None
     if "'s" in match.group(0) or "’s" in match.group(0) or match[2] in _THIRD_PERSON_VERBS:
         return match[1]
-    return None
-
-
-def _named_subject(query: str) -> str | None:
-    words = re.findall(r"[A-Za-z][\w’']*", query)
-    for index, word in enumerate(words):
-        base = re.sub(r"['’]s$", "", word)
-        if index == 0 or not base[0].isupper() or base.lower() in STOPWORDS or base == "I":
-            continue
-        return base
     return None
