@@ -48,7 +48,7 @@ _CUES: Final[dict[MemoryType, tuple[tuple[re.Pattern[str], float], ...]]] = {
                 r"(?:you|your|responses|answers|replies|the (?:answers|responses|replies))\b",
                 _I,
             ),
-            2.0,
+            3.0,
         ),
         (re.compile(r"\b(?:you should|you must|make sure (?:you|to))\b", _I), 1.2),
         (re.compile(r"\b(?:respond|answer|reply|write|speak|talk)(?: to me)? in\b", _I), 1.5),

@@ -109,9 +109,13 @@ def summarise(sentences: list[str], name: str, anchor: datetime, prefix: str = "
     parts = []
     for sentence in sentences:
         cleaned = _INTERJECTION.sub("", sentence).strip() or sentence.strip()
+        if not cleaned:
+            continue
         cleaned = cleaned[0].upper() + cleaned[1:]
         parts.append(third_person(resolve_dates(cleaned, anchor), name))
     text = " ".join(parts)
+    if not text:
+        return prefix.strip()
     if prefix:
         text = f"{prefix}{_lower_first(text)}"
     elif not re.search(rf"\b{re.escape(name)}\b", text):

@@ -143,7 +143,7 @@ _PREDICATES: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
 )
 FAVORITE: Final = re.compile(
     r"\bsubj's (?:\w+ )?favorite ((?:\w+ ){0,2}?\w+) (?:be|of all)\b|"
-    r"\bbe subj's (?:\w+ )?favorite (\w+(?: \w+)?)\b|\bsubj's favorite (\w+)\b"
+    r"\bbe subj's (?:\w+ )?favorite (\w+(?: \w+){0,2})\b|\bsubj's favorite (\w+(?: \w+){0,2})\b"
 )
 _OCCUPATION: Final = re.compile(r"\bsubj be (?:now |currently |still )?(?:a|an) (?:\w+ )?(\w+)\b")
 _ATTRIBUTE: Final = re.compile(r"\bsubj's ((?:\w+ ){0,2}?\w+) be\b")
