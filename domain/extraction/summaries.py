@@ -111,8 +111,8 @@ def summarise(sentences: list[str], name: str, anchor: datetime, prefix: str = "
         cleaned = _INTERJECTION.sub("", sentence).strip() or sentence.strip()
         if not cleaned:
             continue
-        cleaned = cleaned[0].upper() + cleaned[1:]
-        parts.append(third_person(resolve_dates(cleaned, anchor), name))
+        rewritten = third_person(resolve_dates(cleaned, anchor), name)
+        parts.append(rewritten[0].upper() + rewritten[1:])
     text = " ".join(parts)
     if not text:
         return prefix.strip()

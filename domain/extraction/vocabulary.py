@@ -29,6 +29,10 @@ you've your yours yourself yourselves hey hi hello thanks thank wow cool awesome
 lol haha hmm anyway actually definitely absolutely especially probably right sounds sound
 """
 STOPWORDS: Final = frozenset(_STOPWORD_TEXT.split())
+# Relative time words say nothing once dates are resolved; they are not keywords.
+_TIME_WORDS: Final = frozenset(
+    ["last", "next", "yesterday", "today", "tomorrow", "tonight", "ago", "lately", "recently"]
+)
 
 # British → American spellings of common words, so paraphrases share keys.
 _SPELLING: Final = {
@@ -251,6 +255,8 @@ def keywords(text: str, limit: int = MAX_KEYWORDS) -> list[str]:
     """
     seen: dict[str, None] = {}
     for word in content_words(text):
+        if word in _TIME_WORDS:
+            continue
         seen.setdefault(word, None)
         if len(seen) >= limit:
             break
