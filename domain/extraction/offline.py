@@ -54,7 +54,8 @@ _FILLER_SENTENCE: Final = re.compile(
     r"amazing|lovely|like)|no problem|you're welcome|me too|same here|good to (?:see|hear)|"
     r"nice to (?:see|hear|meet)|how (?:are|have) you|what about you|you too|keep it up|"
     r"good for you|i see\b|i agree\b|totally agree|exactly\b|no worries|long time no|"
-    r"(?:it|that|this|your \w+(?: \w+)?) (?:really )?means? (?:so much|a lot)|you got this|"
+    r"(?:it|that|this|your \w+(?: \w+)?) (?:really )?means? (?:so much|a lot)[\w\s,]{0,12}[.!]*$|"
+    r"you got this|"
     r"you can do it|i'm here for you|i (?:really )?appreciate (?:it|that|you|your)|"
     r"(?:so )?sorry (?:to hear|about)|(?:i )?hope (?:you|it|that|things|everything))",
     re.IGNORECASE,

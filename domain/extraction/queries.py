@@ -36,7 +36,7 @@ _AGENT_QUESTIONS: Final = {
 }
 _FIRST_PERSON_VERB: Final = re.compile(
     r"\b(?:I|we)\s+(?:(?:really|also|just|finally|recently|actually|even)\s+)*"
-    r"(?P<aux>will|'ll|am going to|'m going to|'m gonna|am gonna|was|had)?\s*"
+    r"(?P<aux>will|'ll|am going to|'m going to|'m gonna|am gonna)?\s*"
     r"(?P<verb>[a-z]+)\s+(?P<rest>[^.!?;,]*)",
     re.IGNORECASE,
 )
@@ -145,9 +145,9 @@ def _action_phrase(text: str) -> tuple[str, str] | None:
         return None
     verb = match["verb"].lower()
     aux = (match["aux"] or "").lower()
-    if verb in STOPWORDS and verb not in {"went", "made", "got", "had", "did", "took", "said"}:
+    if verb in {"was", "were", "am", "is", "are", "be"}:
         return None
-    if aux and "going" not in aux and "gonna" not in aux and aux not in {"will", "'ll"}:
+    if verb in STOPWORDS and verb not in {"went", "made", "got", "had", "did", "took", "said"}:
         return None
     tense = "future" if aux else "past" if is_past_tense(verb) else "present"
     rest_text = match["rest"]

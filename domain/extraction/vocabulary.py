@@ -205,7 +205,7 @@ def verb_lemma(word: str) -> str:
         return _IRREGULAR_VERBS[word]
     if word.endswith("ied") and len(word) > 4:
         return word[:-3] + "y"
-    if word.endswith("ed") and len(word) > 4:
+    if word.endswith("ed") and len(word) > 3 and is_past_tense(word):
         stem = word[:-2]
         if len(stem) > 2 and stem[-1] == stem[-2] and stem[-1] not in "lsz":
             return stem[:-1]  # stopped → stop
@@ -233,7 +233,9 @@ def verb_lemma(word: str) -> str:
 def is_past_tense(word: str) -> bool:
     """Whether a lower-case word looks like a past-tense verb ("visited", "went")."""
     return word in PAST_IRREGULAR or (
-        word.endswith("ed") and len(word) > 4 and word not in {"need", "seed", "feed", "bed"}
+        word.endswith("ed")
+        and len(word) > 3
+        and word not in {"need", "seed", "feed", "bred", "shed", "sled", "breed", "speed", "greed"}
     )
 
 

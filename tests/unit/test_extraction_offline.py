@@ -149,3 +149,29 @@ def test_remember_always_yields_exactly_one_memory() -> None:
     remembered = extractor.extract_remembered("My favourite colour is blue", ANCHOR)
     assert remembered.topic_key == "user:favorite_color"
     assert remembered.summary == "User's favourite colour is blue"
+
+
+def test_messages_mixing_types_split_only_on_clear_sentences() -> None:
+    # Given a message with chit-chat around one clear instruction
+    memories = extract("Rejection stinks, but it's fine. Please always answer in French.")
+    # Then the chit-chat stays one memory and the instruction is another
+    assert [m.type for m in memories] == ["fact", "instruction"]
+
+
+def test_forms_of_address_and_interjections_leave_the_summary() -> None:
+    [memory] = extract("Jon: Btw, Gina, I had to shut down my bank account last week.")
+    assert memory.summary == ("Jon had to shut down Jon's bank account in the week of 1 May 2023.")
+    assert "When did Jon have to shut down their bank account?" in memory.queries
+    assert memory.event_time == datetime(2023, 5, 1, tzinfo=UTC)
+
+
+def test_a_yes_answer_to_a_question_is_kept_with_its_question() -> None:
+    # Given a yes/no question and an answer that starts with "Yes"
+    memories = extract(
+        "Melanie: Did you go to the pride parade?",
+        "Caroline: Yes, I did. It was amazing and I felt so accepted by everyone there.",
+    )
+    # Then the answer carries the question in its content and sources
+    [memory] = memories
+    assert memory.source_message_ids == ("m1", "m2")
+    assert "pride" in memory.keywords
