@@ -18,6 +18,7 @@ Scores = dict[MemoryType, float]
 CONFIDENT_MARGIN: Final = 0.35
 PROTOTYPE_WEIGHT: Final = 0.5
 FACT_PRIOR: Final = 0.8
+SCORE_FLOOR: Final = 0.4
 # Imperatives between people in a conversation are rarely instructions to the agent.
 NAMED_SPEAKER_INSTRUCTION_FACTOR: Final = 0.4
 # Whether a text names a time does not depend on the anchor.
@@ -92,7 +93,8 @@ _CUES: Final[dict[MemoryType, tuple[tuple[re.Pattern[str], float], ...]]] = {
             re.compile(
                 r"\b(?:party|wedding|concert|trip|vacation|holiday|festival|meeting|"
                 r"conference|race|game|show|event|ceremony|graduation|appointment|"
-                r"interview|camping|hike|workshop|seminar|parade|competition|recital)s?\b",
+                r"interview|camping|hike|workshop|seminar|parade|competition|recital|flight|"
+                r"reunion|tournament|match|concert|gig|exam|surgery)s?\b",
                 _I,
             ),
             0.5,
@@ -147,15 +149,16 @@ def rule_scores(text: str, named_speaker: bool = False) -> Scores:
             where imperatives are rarely directed at the agent.
     """
     stripped = text.strip().lstrip("\"'“(").strip()
-    raw: Scores = dict.fromkeys(MEMORY_TYPES, 0.0)
-    raw["fact"] = FACT_PRIOR
+    # Every type starts from a floor, so a text with no cues at all is not "confident".
+    raw: Scores = dict.fromkeys(MEMORY_TYPES, SCORE_FLOOR)
+    raw["fact"] += FACT_PRIOR
     for memory_type, cues in _CUES.items():
         for pattern, weight in cues:
             if pattern.search(stripped):
                 raw[memory_type] += weight
     words = tokens(stripped)
     if any(is_past_tense(w) and w not in _WEAK_PAST for w in _action_verbs(stripped)):
-        raw["event"] += 1.2
+        raw["event"] += 1.6
     elif any(is_past_tense(w) for w in words):
         raw["event"] += 0.4
     if find_time_mentions(stripped, _ANY_ANCHOR):

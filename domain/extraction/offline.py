@@ -11,6 +11,7 @@ from typing import Final
 from memstream.domain.extraction.classify import best_type, classify, margin, type_scores
 from memstream.domain.extraction.dates import find_time_mentions, render_mention
 from memstream.domain.extraction.model import (
+    MEMORY_TYPES,
     Embed,
     ExtractedMemory,
     ExtractorInfo,
@@ -133,11 +134,17 @@ class OfflineExtractor:
         question_text = "" if context is None else _question_sentence(context)
         short = len(body.split()) <= SHORT_ANSWER_WORDS
         runs: list[tuple[MemoryType, list[str]]] = []
-        overall = best_type(type_scores(" ".join(informative), embed, speaker.named))
-        for sentence in informative:
-            # A sentence leaves the message's type only when its own type is clear.
-            scores = type_scores(sentence, embed, speaker.named)
-            memory_type = best_type(scores) if margin(scores) >= SPLIT_MARGIN else overall
+        per_sentence = [type_scores(s, embed, speaker.named) for s in informative]
+        # The message's type: its sentences' scores, each weighted by how clear it is.
+        overall = best_type(
+            {t: sum(margin(sc) * sc[t] for sc in per_sentence) for t in MEMORY_TYPES}
+        )
+        for sentence, scores in zip(informative, per_sentence, strict=True):
+            # A sentence leaves the message's type only when its own type is clear, and joins
+            # an instruction or a task only when it is one itself.
+            memory_type = best_type(scores)
+            if margin(scores) < SPLIT_MARGIN and overall in {"fact", "event"}:
+                memory_type = overall
             if runs and runs[-1][0] == memory_type:
                 runs[-1][1].append(sentence)
             else:
