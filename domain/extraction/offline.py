@@ -42,7 +42,8 @@ _FILLER_MESSAGE: Final = re.compile(
     r"^(?:hi|hey|hello|hiya|yo|thanks|thank you|thx|ty|ok|okay|k|sure|great|cool|nice|lol|haha|"
     r"bye|goodbye|good night|good morning|got it|sounds good|awesome|wow|np|no problem|"
     r"you're welcome|welcome|cheers|alright|all right|yes|yeah|yep|no|nope|right|indeed|"
-    r"perfect|noted|agreed|same|me too|great thanks|ok thanks|okay thanks)"
+    r"perfect|noted|agreed|same|me too|great thanks|ok thanks|okay thanks|that's all|"
+    r"that's it|nothing else|all good|not really|no thanks|nope that's all|no that's all)"
     r"(?:[\s,]+(?:so much|a lot|again|there|everyone|all|man|dude))*[\s!.,?:;)(]*$",
     re.IGNORECASE,
 )
@@ -234,4 +235,8 @@ def _asked(previous: SourceMessage | None, message: SourceMessage) -> SourceMess
         previous.role == message.role
     ):
         return None
-    return previous if "?" in previous.content else None
+    if "?" not in previous.content:
+        return None
+    # "Anything else?" asks nothing a short answer could inform.
+    informative = len(content_words(_question_sentence(previous))) >= MIN_CONTENT_WORDS
+    return previous if informative else None

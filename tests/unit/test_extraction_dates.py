@@ -12,6 +12,7 @@ from memstream.domain.extraction.dates import (
     resolve_event_time,
 )
 from memstream.domain.extraction.query_windows import query_window
+from memstream.domain.extraction.summaries import resolve_dates
 
 # Monday 8 May 2023, 13:56 UTC (the first LoCoMo session's date).
 MONDAY = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
@@ -186,3 +187,12 @@ def test_query_window(query: str, start: datetime, end: datetime) -> None:
 def test_query_without_time_has_no_window() -> None:
     assert query_window("What is my favourite colour?", WEDNESDAY) is None
     assert query_window("Where does Caroline live?", WEDNESDAY) is None
+
+
+def test_a_month_after_of_is_resolved_and_rendered_without_a_second_preposition() -> None:
+    # Given a deadline phrased as "the end of April", written in March 2024
+    march = datetime(2024, 3, 14, tzinfo=UTC)
+    text = "I need to find an apartment by the end of April."
+    # Then it resolves to April 2024 and the summary keeps "the end of"
+    assert resolve_event_time(text, march) == day(2024, 4, 1)
+    assert resolve_dates(text, march) == "I need to find an apartment by the end of April 2024."

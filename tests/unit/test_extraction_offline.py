@@ -175,3 +175,15 @@ def test_a_yes_answer_to_a_question_is_kept_with_its_question() -> None:
     [memory] = memories
     assert memory.source_message_ids == ("m1", "m2")
     assert "pride" in memory.keywords
+
+
+def test_a_short_reply_to_an_empty_question_is_filler() -> None:
+    memories = OfflineExtractor().extract(
+        [
+            message("Anything else?", "assistant", 1),
+            message("Nope, that's all.", "user", 2),
+            message("Is there anything more?", "assistant", 3),
+            message("Nah.", "user", 4),
+        ]
+    )
+    assert memories == []
