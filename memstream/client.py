@@ -50,6 +50,7 @@ from memstream.workers.indexer import LazyEncoder
 from memstream.workers.position import Demand, PositionWatch
 from memstream.workers.projector import DEFAULT_LINGER, ProjectorWorker
 from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
+from memstream.workers.service import offline_extractor
 from memstream.workers.subjects import demand_subject, subject_for
 
 logger = logging.getLogger(__name__)
@@ -60,13 +61,6 @@ R = TypeVar("R")
 PROJECTOR_LINGER = DEFAULT_LINGER
 # How long a clean close waits for its own projector to project this client's writes.
 CLOSE_DRAIN_SECONDS = 5.0
-
-
-def offline_extractor() -> Any:
-    """The default extractor (imported when the first extraction needs it)."""
-    from memstream.domain.extraction import OfflineExtractor
-
-    return OfflineExtractor()
 
 
 class Memstream:

@@ -110,7 +110,9 @@ class ReadModelStoreContract:
         assert store.positions() == dict.fromkeys(PROJECTOR_PROJECTIONS, 3)
         assert (stats.batches, stats.applied, stats.skipped) == (1, 3, 0)
         assert ids(reader.sessions.history(NS, "s")) == ["m1", "m2", "m3"]
-        assert [reader.tracked_seq(p) for p in PROJECTOR_PROJECTIONS] == [3] * len(PROJECTOR_PROJECTIONS)
+        assert [reader.tracked_seq(p) for p in PROJECTOR_PROJECTIONS] == [3] * len(
+            PROJECTOR_PROJECTIONS
+        )
 
     def test_every_event_type_is_applied(self, store: ReadModelStore, reader: ReadModels) -> None:
         log = RecordedLog()
@@ -289,7 +291,7 @@ class ReadModelStoreContract:
         reader = copy.reader(on_damage=_raise)
         try:
             # Then the sessions projection is empty and starts again from the log, alone
-            assert store.positions() == {"sessions": 0, "context": 4, "registry": 4}
+            assert store.positions() == {"sessions": 0, "context": 4, "registry": 4, "memory": 4}
             assert reader.sessions.history(NS, "s") == []
             assert store.checksum("context") == context
             assert store.apply(entries, ProjectorStats()) == 4
@@ -300,14 +302,14 @@ class ReadModelStoreContract:
         # And the next projector of that version carries on where it is
         store = copy.store(long_lived=True)
         try:
-            assert store.positions() == {"sessions": 4, "context": 4, "registry": 4}
+            assert store.positions() == {"sessions": 4, "context": 4, "registry": 4, "memory": 4}
         finally:
             store.close()
         # And a store that is no projector's (a reader's, a rebuild's) never empties one
         monkeypatch.setitem(VERSIONS, "sessions", 3)
         store = copy.store()
         try:
-            assert store.positions() == {"sessions": 4, "context": 4, "registry": 4}
+            assert store.positions() == {"sessions": 4, "context": 4, "registry": 4, "memory": 4}
         finally:
             store.close()
 

@@ -4,11 +4,10 @@ log records a read-model store applies, encoded as the log holds them."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from support.messages import msg
-
-from datetime import UTC, datetime
 
 from memstream.domain.context import ContextDocument, SearchIndex, document_id
 from memstream.domain.memory_input import check_ingest
