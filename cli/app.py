@@ -9,7 +9,16 @@ import typer
 from typer.core import TyperGroup
 
 from memstream import MemstreamError
-from memstream.cli import blocks, events, manager, platform, projections, sessions, status
+from memstream.cli import (
+    blocks,
+    events,
+    manager,
+    memory,
+    platform,
+    projections,
+    sessions,
+    status,
+)
 from memstream.cli.context import GlobalOptions
 from memstream.domain.redaction import redact
 
@@ -99,6 +108,7 @@ app.add_typer(blocks.app, name="context")
 app.add_typer(blocks.prompt_app, name="prompt")
 app.add_typer(events.app, name="events")
 app.add_typer(projections.app, name="projections")
+app.add_typer(memory.app, name="memory")
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "setup.py", "README.md")
 FOLDERS = ("memstream", "domain", "projections", "workers", "cli")
-COMMAND_GROUPS = ("up", "worker", "status", "append", "sessions", "events", "projections")
+COMMAND_GROUPS = ("up", "worker", "status", "append", "sessions", "events", "projections", "memory")
 
 
 def run(*command: str | Path, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -65,6 +65,9 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_the_cli(tmp_path: Path) -> No
     # When it is installed into a new venv (no system site-packages; dependencies from the index)
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
+    # (the CPU build of torch first, as the Makefile does: a bare "torch" is a CUDA build of
+    # several GB)
+    run(venv / "bin" / "python", "-m", "pip", "install", "--quiet", "torch==2.13.0", cwd=tmp_path)
     run(venv / "bin" / "python", "-m", "pip", "install", "--quiet", wheel, cwd=tmp_path)
 
     # Then its console script runs and lists the command groups
