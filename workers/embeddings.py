@@ -100,10 +100,16 @@ def as_embed(embedder: Embedder) -> Callable[[Sequence[str]], list[list[float]]]
 def _load(key: str) -> Embedder:
     # Nothing may be downloaded: the bundled model is on disk, other models are local paths.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # No progress bars of their own on our stderr (a CLI command draws its own).
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     start = time.perf_counter()
     try:
         import torch
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
 
         if "OMP_NUM_THREADS" not in os.environ:
             torch.set_num_threads(max(1, min(MAX_TORCH_THREADS, os.cpu_count() or 1)))

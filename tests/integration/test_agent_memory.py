@@ -159,7 +159,8 @@ async def test_list_pages_with_an_opaque_cursor_and_filters(ms: Memstream) -> No
     [instruction] = (await profile.list(type="instruction"))["memories"]
     assert "English" in instruction["summary"]
     summary = (await profile.get_summary())["summary"]
-    assert "## Key Facts" in summary and "## Instructions" in summary
+    assert "## Key Facts" in summary
+    assert "## Instructions" in summary
     assert "## Active Tasks" in summary
     with pytest.raises(InvalidInputError, match="cursor"):
         await profile.list(cursor="bogus!")
