@@ -709,6 +709,24 @@ def renew_changed_projections(
     return changed
 
 
+def renew_vectors_of_other_models(connection: sqlite3.Connection, model: str) -> bool:
+    """Empty the ``vectors`` projection when it holds vectors of another model than ``model``
+    (the embedding model was changed): it is projected again from the log, never mixed."""
+    row = connection.execute(
+        "SELECT model FROM memory_vectors WHERE model != ? LIMIT 1", (model,)
+    ).fetchone()
+    if row is None:
+        return False
+    logger.warning(
+        "projection vectors: it holds vectors of model %s, the indexer embeds with %s; "
+        "emptying it to index the log again",
+        row[0],
+        model,
+    )
+    drop_projection(connection, "vectors")
+    return True
+
+
 def set_tracked_seq(connection: sqlite3.Connection, projection: str, seq: int) -> None:
     """Record ``seq`` as processed (inside the caller's transaction)."""
     connection.execute(

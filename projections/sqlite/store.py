@@ -54,6 +54,7 @@ from memstream.projections.sqlite.database import (
     file_replaced,
     open_database,
     renew_changed_projections,
+    renew_vectors_of_other_models,
     replace_damaged,
     tracked_seq,
     tracked_seqs,
@@ -305,6 +306,8 @@ class SqliteCopy:
             try:
                 with damage_translated():
                     renew_changed_projections(connection, projections)
+                    if "vectors" in projections and encoder is not None:
+                        renew_vectors_of_other_models(connection, encoder.model_name)
             except BaseException:
                 connection.close()
                 raise

@@ -3,6 +3,7 @@ isolation, limits and replay (spec memory.md)."""
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -230,3 +231,35 @@ async def test_a_large_ingest_is_split_into_parts_and_kept_whole(ms: Memstream) 
     profiles = await ms.agent_memory("default").list_profiles()
     assert next(p for p in profiles if p["name"] == "hugo")["messages"] == 80
     assert len((await profile.list(limit=500))["memories"]) == 80
+
+
+class _OtherModel:
+    """An embedding model of another name (never asked to embed here)."""
+
+    model_name = "some-other-model"
+
+    def encode(self, texts: Any) -> Any:
+        raise AssertionError("not expected to embed")
+
+
+async def test_vectors_of_another_model_are_dropped_to_be_reindexed_not_mixed(
+    ms: Memstream,
+) -> None:
+    profile = await ms.agent_memory("default").get_profile("ivan")
+    await profile.ingest(conversation("I keep bees on my roof."), session_id="s1")
+    assert ms.memory_queries.vector_state("default", "ivan", "memory")[0] == 1
+    # When an indexer of another model opens the read model (at its start)
+    await ms.close()
+    store = SqliteCopy(ms.settings.database_path).store(
+        ("vectors",), long_lived=True, encoder=_OtherModel()
+    )
+    try:
+        # Then the vectors of the first model are gone and the projection starts over from the
+        # log (its consumer binds at sequence 1), so vectors of two models never mix
+        assert store.positions() == {"vectors": 0}
+        assert store.checksum("vectors") == _EMPTY_VECTORS
+    finally:
+        store.close()
+
+
+_EMPTY_VECTORS = hashlib.sha256(b"\x00").hexdigest()  # no rows: one empty part
