@@ -17,6 +17,7 @@ from memstream.cli.context import (
 from memstream.cli.demo import run_demo
 from memstream.cli.output import note, show_demo, show_platform
 from memstream.domain.redaction import redact_url
+from memstream.llm_extractor import extractor_from_settings
 from memstream.projections.ports import PROJECTOR_PROJECTIONS, REGISTRY, parse_projections
 from memstream.projections.read_models import open_read_models
 from memstream.workers.apps import create_app, nats_security, require_worker
@@ -162,7 +163,10 @@ def worker(
             )
         )
         note(f"worker {name}: NATS {url}, stream {settings.stream}, database {config.database}")
-        run(create_app(config, name, security=security, lock=lock).run())
+        app = create_app(
+            config, name, security=security, lock=lock, extractor=extractor_from_settings(settings)
+        )
+        run(app.run())
     finally:
         if lock is not None:
             lock.release()

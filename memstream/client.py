@@ -24,6 +24,7 @@ from memstream.domain.limits import check_actor, check_namespace, check_session_
 from memstream.domain.memory_profile import MemoryProfile
 from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
+from memstream.llm_extractor import extractor_from_settings
 from memstream.projections.ports import (
     INDEXER_PROJECTIONS,
     PROJECTIONS,
@@ -50,7 +51,6 @@ from memstream.workers.indexer import LazyEncoder
 from memstream.workers.position import Demand, PositionWatch
 from memstream.workers.projector import DEFAULT_LINGER, ProjectorWorker
 from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
-from memstream.workers.service import offline_extractor
 from memstream.workers.subjects import demand_subject, subject_for
 
 logger = logging.getLogger(__name__)
@@ -410,7 +410,9 @@ class Memstream:
             logger.warning("not indexing %s here: %s", self.settings.data_dir, error)
         else:
             self.indexer.start()
-        self.extractor = ExtractorWorker(self.log, offline_extractor, embed=self._embed)
+        self.extractor = ExtractorWorker(
+            self.log, extractor_from_settings(self.settings), embed=self._embed
+        )
         self.extractor.start()
 
     def watch_ownership(self, run_workers: bool, interval: float = 0.5) -> None:

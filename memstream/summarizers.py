@@ -55,6 +55,7 @@ class OpenAICompatibleSummarizer:
         max_retries: further attempts after a transient failure.
         backoff: seconds before the first retry (doubling after each).
         max_backoff: the longest wait between attempts.
+        extra: further fields of each request (e.g. ``response_format``).
 
     Raises:
         InvalidInputError: a bad URL, an empty model or a negative timeout or retry count.
@@ -70,6 +71,7 @@ class OpenAICompatibleSummarizer:
         max_retries: int = 3,
         backoff: float = 0.5,
         max_backoff: float = 10.0,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         if api_key is not None:
             require_str("api_key", api_key)
@@ -84,6 +86,7 @@ class OpenAICompatibleSummarizer:
         self._max_retries = check_int("max_retries", max_retries, minimum=0, maximum=100)
         self._backoff = _seconds("backoff", backoff)
         self._max_backoff = _seconds("max_backoff", max_backoff)
+        self._extra = dict(extra or {})  # more request fields, e.g. response_format
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleSummarizer({self._shown_url!r}, {self._model!r})"
@@ -96,7 +99,11 @@ class OpenAICompatibleSummarizer:
                 answered with something other than a chat completion.
         """
         require_str("prompt", prompt)
-        body = {"model": self._model, "messages": [{"role": "user", "content": prompt}]}
+        body = {
+            **self._extra,
+            "model": self._model,
+            "messages": [{"role": "user", "content": prompt}],
+        }
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"

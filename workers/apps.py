@@ -13,7 +13,9 @@ applies whatever one fetch returned, does not have.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from faststream import FastStream
 from faststream.nats import NatsBroker, NatsCredentials, NatsToken, NatsUserPassword
@@ -104,16 +106,19 @@ class ExtractorService:
     """The extractor's life cycle inside a FastStream app (it writes to the log only: no
     read-model lock)."""
 
-    def __init__(self, broker: NatsBroker, config: WorkerConfig) -> None:
+    def __init__(
+        self, broker: NatsBroker, config: WorkerConfig, extractor: Callable[[], Any]
+    ) -> None:
         self.broker = broker
         self.config = config
+        self.extractor = extractor
         self.worker: ExtractorWorker | None = None
 
     async def start(self) -> None:
         client = await self.broker.connect()
         log = EventLog(client, self.config.stream)
         await log.ensure_stream()
-        self.worker = ExtractorWorker(log, offline_extractor)
+        self.worker = ExtractorWorker(log, self.extractor)
         self.worker.start()
         logger.info("extractor: stream %s, consumer %s", self.config.stream, self.worker.durable)
 
@@ -156,6 +161,7 @@ def create_app(
     *,
     security: BaseSecurity | None = None,
     lock: CopyLock | None = None,
+    extractor: Callable[[], Any] = offline_extractor,
 ) -> FastStream:
     """A FastStream app that runs worker ``name`` against ``config`` until it is stopped.
 
@@ -180,7 +186,7 @@ def create_app(
     )
     service: ProjectorService | ExtractorService
     if name == "extractor":
-        service = ExtractorService(broker, config)
+        service = ExtractorService(broker, config, extractor)
     else:
         config = replace(config, projections=worker_projections(name, config.projections))
         service = ProjectorService(broker, config, lock)

@@ -109,7 +109,7 @@ def _load(key: str) -> Embedder:
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as transformers_logging
 
-        transformers_logging.disable_progress_bar()
+        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
         if "OMP_NUM_THREADS" not in os.environ:
             torch.set_num_threads(max(1, min(MAX_TORCH_THREADS, os.cpu_count() or 1)))

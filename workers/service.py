@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,12 @@ def offline_extractor() -> Any:
     return OfflineExtractor()
 
 
-async def run_worker(name: str, config: WorkerConfig, stop: asyncio.Event) -> None:
+async def run_worker(
+    name: str,
+    config: WorkerConfig,
+    stop: asyncio.Event,
+    extractor: Callable[[], Any] = offline_extractor,
+) -> None:
     """Run worker ``name`` until ``stop`` is set.
 
     Raises:
@@ -70,7 +76,7 @@ async def run_worker(name: str, config: WorkerConfig, stop: asyncio.Event) -> No
         await log.ensure_stream()
         worker: ProjectorWorker | ExtractorWorker
         if name == "extractor":
-            worker = ExtractorWorker(log, offline_extractor)
+            worker = ExtractorWorker(log, extractor)
         else:
             worker = ProjectorWorker.open(
                 log,
