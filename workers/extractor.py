@@ -43,11 +43,13 @@ from memstream.workers.subjects import parse_subject
 logger = logging.getLogger(__name__)
 
 EXTRACTOR_CONSUMER = "extractor"
-FETCH_BATCH = 64
+FETCH_BATCH = 16
 FETCH_TIMEOUT = 1.0
 # Attempts of one source before it is recorded as failed (with no memories).
 MAX_ATTEMPTS = 3
-ACK_WAIT_SECONDS = 300.0
+# A message not acknowledged within this is redelivered (to another extractor, after a kill);
+# while a batch is worked on, the messages still waiting in it are marked in progress.
+ACK_WAIT_SECONDS = 30.0
 ACTOR = "memstream-extractor"
 
 
@@ -106,6 +108,7 @@ class ExtractorWorker:
         self._attempts: dict[str, int] = {}
         self._parts: dict[str, list[dict[str, Any]]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._subscription: Any = None
         self._closed = False
 
     @property
@@ -122,12 +125,18 @@ class ExtractorWorker:
         self._task = asyncio.create_task(self.run(), name=f"memstream-{self.durable}")
 
     async def close(self) -> None:
+        """Stop (what is not acknowledged yet is redelivered to the next extractor)."""
         self._closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
+        if self._subscription is not None:
+            # Unsubscribed now, the connection's drain does not wait for its pending pulls.
+            with contextlib.suppress(Exception):
+                await self._subscription.unsubscribe()
+            self._subscription = None
 
     async def _subscribe(self) -> Any:
         subject = f"{self.log.subject_prefix}.*.profile.*"
@@ -147,13 +156,15 @@ class ExtractorWorker:
         """Fetch and extract until closed (reconnecting through NATS outages)."""
         while not self._closed:
             try:
-                subscription = await self._subscribe()
+                subscription = self._subscription = await self._subscribe()
                 while not self._closed:
                     try:
                         msgs = await subscription.fetch(FETCH_BATCH, timeout=FETCH_TIMEOUT)
                     except (TimeoutError, nats.errors.TimeoutError):
                         continue
-                    for msg in msgs:
+                    for index, msg in enumerate(msgs):
+                        for waiting in msgs[index + 1 :]:
+                            await waiting.in_progress()
                         await self._handle(msg)
             except asyncio.CancelledError:
                 raise
