@@ -114,6 +114,10 @@ def _model_key(model: str | None) -> str:
 def _load(key: str) -> Embedder:
     # Nothing may be downloaded: the bundled model is on disk, other models are local paths.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # OpenMP threads that spin while waiting collapse when another process (nats-server, the
+    # event loop) holds a core: one query took 450 ms instead of 30 on a busy 2-core box.
+    # Read when torch loads its OpenMP runtime, so only effective if torch is not loaded yet.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     start = time.perf_counter()
     try:
         import torch
