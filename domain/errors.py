@@ -61,6 +61,21 @@ class ProjectionLagError(MemstreamError):
         )
 
 
+class ExtractionLagError(ProjectionLagError):
+    """An ingest or remembered text was not extracted (and indexed) within the timeout."""
+
+    def __init__(self, source: str, profile: str, wanted: int, timeout: float) -> None:
+        MemstreamError.__init__(
+            self,
+            f"the extraction of {source} in profile {profile!r} did not finish within "
+            f"{timeout:g} s; is an extractor worker running?",
+        )
+        self.projection = "extractor"
+        self.wanted = wanted
+        self.reached = 0
+        self.timeout = timeout
+
+
 class IncompatibleServerError(UnavailableError):
     """The NATS server is older than a feature memstream needs (see ``workers/server_version``)."""
 

@@ -21,17 +21,23 @@ from memstream.domain.errors import (
 )
 from memstream.domain.limits import check_actor, check_namespace, check_session_id
 from memstream.domain.session import SessionAggregate
+from memstream.domain.extraction import OfflineExtractor
+from memstream.domain.memory_profile import MemoryProfile
 from memstream.domain.session_registry import SessionRecord
 from memstream.projections.ports import (
+    INDEXER_PROJECTIONS,
     PROJECTIONS,
+    PROJECTOR_PROJECTIONS,
     REBUILD_HINT,
     ContextQueries,
+    MemoryQueries,
     ReadModelCopy,
     ReadModels,
     ReadModelStore,
     SessionQueries,
 )
 from memstream.projections.read_models import open_read_models
+from memstream.agent_memory import AgentMemory
 from memstream.session import Session
 from memstream.session_manager import SessionManager
 from memstream.settings import Settings, default_actor
@@ -39,9 +45,13 @@ from memstream.workers.aggregate_store import AggregateStore, CommandResult, Dec
 from memstream.workers.codec import CommandMeta
 from memstream.workers.data_dir import prepare_data_dir, private_database
 from memstream.workers.embedded import EmbeddedRuntime
+from memstream.workers.embeddings import as_embed
+from memstream.workers.extractor import ExtractorWorker
+from memstream.workers.indexer import LazyEncoder
 from memstream.workers.event_log import EventLog, connect_nats
 from memstream.workers.position import Demand, PositionWatch
 from memstream.workers.projector import DEFAULT_LINGER, ProjectorWorker
+from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
 from memstream.workers.subjects import demand_subject, subject_for
 
 logger = logging.getLogger(__name__)
@@ -75,11 +85,19 @@ class Memstream:
         self.log = log
         self.runtime = runtime
         self.projector: ProjectorWorker | None = None
+        self.indexer: ProjectorWorker | None = None
+        self.extractor: ExtractorWorker | None = None
+        # The embedding model: the indexer's and recall's, loaded at its first use.
+        self.encoder = LazyEncoder(settings.embedding_model)
+        self._analysis = QueryAnalysis(self.encoder)
+        self._vector_cache = VectorCache(self.encoder.model_name)
+        self._profiles: dict[str, AggregateStore[MemoryProfile]] = {}
         self.copy = copy
         self._read_from(self._open_reader(check=check))
         self.demand = Demand()
         self.positions = self._watch_positions()
         self.last_write_seq = 0
+        self.last_profile_seq = 0  # this client's last Agent Memory write
         # The log's end when this client connected: reads see at least that much (what earlier
         # processes wrote), as well as this client's own writes.
         self.connected_seq = 0
@@ -116,6 +134,52 @@ class Memstream:
             snapshots=read_models.record_snapshots(self.namespace),
         )
 
+    @property
+    def memory_queries(self) -> MemoryQueries:
+        return self.read_models.memory
+
+    def query_analysis(self) -> QueryAnalysis:
+        return self._analysis
+
+    def vector_cache(self) -> VectorCache:
+        return self._vector_cache
+
+    def agent_memory(self, namespace: str = "default") -> AgentMemory:
+        """Agent Memory of ``namespace`` (1–32 characters of ``[a-z0-9_-]``): its profiles."""
+        return AgentMemory(self, namespace)
+
+    async def profile_command(
+        self,
+        namespace: str,
+        profile: str,
+        decide: Decide[MemoryProfile, R],
+        meta: CommandMeta | None = None,
+    ) -> CommandResult[R]:
+        """Run a command on the memory profile ``profile`` of ``namespace``."""
+        store = self._profiles.get(namespace)
+        if store is None:
+            store = self._profiles[namespace] = AggregateStore(
+                self.log, lambda key: MemoryProfile.empty(namespace, key)
+            )
+        subject = subject_for(self.log.subject_prefix, namespace, "profile", profile)
+        result = await self._execute(store, subject, profile, decide, meta)
+        self.last_profile_seq = max(self.last_profile_seq, result.seq)
+        return result
+
+    async def wait_for_profile(self, namespace: str, profile: str, seq: int | None = None) -> None:
+        """Wait until the ``vectors`` projection has the profile's events up to ``seq`` (or
+        all of them: its subject's last one now). The indexer sees Agent Memory events only,
+        so its position is never the stream's end.
+
+        Raises:
+            ProjectionLagError: not reached within the read timeout.
+        """
+        self._reopen_if_replaced()
+        if seq is None:
+            subject = subject_for(self.log.subject_prefix, namespace, "profile", profile)
+            seq = await self.log.last_seq(subject)
+        await self.positions["vectors"].wait_for(seq, self.settings.read_timeout)
+
     def _idle_store(self) -> ReadModelStore | None:
         """The in-process projector's store while it is idle: reads may go through it (its
         caches are warm, where the reader's are dropped by each of the projector's commits)."""
@@ -132,15 +196,19 @@ class Memstream:
                 partial(self._tracked_seq, name),
                 self.demand,
                 self._nudge,
-                pushed=self._projector_running,
+                pushed=partial(self._projector_running, name),
             )
             for name in PROJECTIONS
         }
 
-    def _projector_running(self) -> bool:
-        """Whether the projector of this process reports its commits to the readers here."""
-        projector = self.projector
-        return projector is not None and projector.running
+    def _projector_running(self, projection: str) -> bool:
+        """Whether a projector of this process reports ``projection``'s commits to the readers
+        here."""
+        for projector in (self.projector, self.indexer):
+            if projector is not None and projector.running:
+                if projection in projector.store.projections:
+                    return True
+        return False
 
     def _tracked_seq(self, projection: str) -> int:
         # A waiting reader polls this: it follows the file the projector replaced meanwhile
@@ -302,23 +370,43 @@ class Memstream:
         with contextlib.suppress(Exception):  # best effort: the reader polls regardless
             await self.client.publish(demand_subject(self.log.stream), str(seq).encode())
 
-    def _advance(self, seq: int) -> None:
-        # The projector reports the lowest position over its projections.
-        for watch in self.positions.values():
-            watch.advance(seq)
+    def _advance(self, projections: tuple[str, ...], seq: int) -> None:
+        # A projector reports the lowest position over its projections.
+        for name in projections:
+            self.positions[name].advance(seq)
 
     def start_workers(self) -> None:
-        """Run the projector in this process."""
+        """Run the workers in this process: the projector, the indexer (its model is loaded
+        when the first text to embed arrives) and the extractor."""
         if self.projector is not None:
             return
         self.projector = ProjectorWorker.open(
             self.log,
             self.copy,
-            on_commit=self._advance,
+            PROJECTOR_PROJECTIONS,
+            on_commit=partial(self._advance, PROJECTOR_PROJECTIONS),
             demand=self.demand,
             linger=PROJECTOR_LINGER,
         )
         self.projector.start()
+        try:
+            self.indexer = ProjectorWorker.open(
+                self.log,
+                self.copy,
+                INDEXER_PROJECTIONS,
+                encoder=self.encoder,
+                on_commit=partial(self._advance, INDEXER_PROJECTIONS),
+                batch_size=256,
+            )
+        except MemstreamError as error:  # e.g. an indexer runs for this copy elsewhere
+            logger.warning("not indexing %s here: %s", self.settings.data_dir, error)
+        else:
+            self.indexer.start()
+        encoder = self.encoder
+        self.extractor = ExtractorWorker(
+            self.log, OfflineExtractor(), embed=lambda: as_embed(encoder.embedder())
+        )
+        self.extractor.start()
 
     def watch_ownership(self, run_workers: bool, interval: float = 0.5) -> None:
         """As a guest of another process's embedded server, take it over when that owner
@@ -350,8 +438,9 @@ class Memstream:
         that the next process reads them at once (bounded; a later projector would anyway)."""
         timeout = min(self.settings.read_timeout, CLOSE_DRAIN_SECONDS)
         for name, watch in self.positions.items():
+            last = self.last_profile_seq if name in INDEXER_PROJECTIONS else self.last_write_seq
             try:
-                await watch.wait_for(self.last_write_seq, timeout)
+                await watch.wait_for(last, timeout)
             except ProjectionLagError:
                 logger.warning(
                     "closing before projection %s reached this client's last write %d; "
@@ -372,6 +461,12 @@ class Memstream:
             self._watchdog = None
         if self.projector is not None:
             await self._project_own_writes()
+            if self.extractor is not None:
+                await self.extractor.close()
+                self.extractor = None
+            if self.indexer is not None:
+                await self.indexer.close()
+                self.indexer = None
             await self.projector.close()
             self.projector = None
         with contextlib.suppress(Exception):

@@ -55,9 +55,20 @@ REGISTRY: tuple[ProjectionSpec, ...] = (
     ProjectionSpec("sessions", 1, "messages tree, message search, compaction overlays"),
     ProjectionSpec("context", 1, "context blocks, cached prompts, loaded skills, search entries"),
     ProjectionSpec("registry", 1, "registered sessions: names, models, usage, last activity"),
+    ProjectionSpec("memory", 1, "memory profiles, raw messages, memories, history, search"),
+    # Run by the indexer (it embeds texts with a model: slow, so apart from the others).
+    ProjectionSpec("vectors", 1, "embeddings of memories and raw messages"),
 )
-# Their names, in that order: what a projector runs unless told otherwise.
+# Their names, in that order (what a rebuild rebuilds unless told otherwise).
 PROJECTIONS: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)
+# What the indexer worker runs (a model embeds texts: seconds per batch) ...
+INDEXER_PROJECTIONS: tuple[str, ...] = ("vectors",)
+# ... and what the projector worker runs unless told otherwise: all the others.
+PROJECTOR_PROJECTIONS: tuple[str, ...] = tuple(
+    name for name in PROJECTIONS if name not in INDEXER_PROJECTIONS
+)
+# Projections that read only Agent Memory events (their consumers filter on profile subjects).
+MEMORY_PROJECTIONS: frozenset[str] = frozenset({"memory", "vectors"})
 VERSIONS: dict[str, int] = {spec.name: spec.version for spec in REGISTRY}
 # A failing event is retried with its batch; after this many failures it is a dead letter.
 MAX_ATTEMPTS = 5
@@ -65,6 +76,17 @@ REBUILD_HINT = "run `memstream projections rebuild` to move it aside and rebuild
 
 
 # -- records and results ---------------------------------------------------------------------
+
+
+class TextEncoder(Protocol):
+    """An embedding model (the indexer's and recall's; :mod:`memstream.workers.embeddings`)."""
+
+    @property
+    def model_name(self) -> str:
+        """The name recorded with its vectors (a model change reindexes, never mixes)."""
+
+    def encode(self, texts: Sequence[str]) -> Any:
+        """The texts' vectors: a float32 array of L2-normalised rows."""
 
 
 class LogRecord(Protocol):
@@ -138,14 +160,16 @@ def run_steps(steps: Generator[None, None, int]) -> int:
     return result
 
 
-def select_projections(names: Sequence[str] | None) -> list[str]:
-    """``names`` checked against :data:`PROJECTIONS` (all of them when empty).
+def select_projections(
+    names: Sequence[str] | None, default: Sequence[str] = PROJECTIONS
+) -> list[str]:
+    """``names`` checked against :data:`PROJECTIONS` (``default`` when empty).
 
     Raises:
         InvalidInputError: an unknown projection name.
     """
     if not names:
-        return list(PROJECTIONS)
+        return list(default)
     unknown = [n for n in names if n not in PROJECTIONS]
     if unknown:
         raise InvalidInputError(
@@ -155,8 +179,10 @@ def select_projections(names: Sequence[str] | None) -> list[str]:
     return [name for name in PROJECTIONS if name in names]
 
 
-def parse_projections(option: str, text: str | None) -> list[str]:
-    """A comma-separated list of projection names (``sessions,context``), checked; all of them
+def parse_projections(
+    option: str, text: str | None, default: Sequence[str] = PROJECTIONS
+) -> list[str]:
+    """A comma-separated list of projection names (``sessions,context``), checked; ``default``
     for ``None`` or an empty text.
 
     Raises:
@@ -164,7 +190,7 @@ def parse_projections(option: str, text: str | None) -> list[str]:
     """
     names = [name.strip() for name in (text or "").split(",") if name.strip()]
     try:
-        return select_projections(names)
+        return select_projections(names, default)
     except InvalidInputError as error:
         raise InvalidInputError(f"{option}: {error}") from None
 
@@ -281,6 +307,73 @@ class RegistryQueries(Protocol):
     def count(self, namespace: str) -> int: ...
 
 
+class MemoryQueries(Protocol):
+    """Reads of the memory and vectors read models, each scoped by (namespace, profile)
+    (:class:`memstream.projections.sqlite.memory_queries.SqliteMemoryQueries` documents
+    each)."""
+
+    def profiles(self, namespace: str) -> list[dict[str, Any]]: ...
+
+    def exists(self, namespace: str, profile: str) -> bool: ...
+
+    def memory(self, namespace: str, profile: str, memory_id: str) -> dict[str, Any] | None: ...
+
+    def memories(
+        self, namespace: str, profile: str, ids: Sequence[str]
+    ) -> dict[str, dict[str, Any]]: ...
+
+    def page(
+        self,
+        namespace: str,
+        profile: str,
+        limit: int,
+        after: int | None = None,
+        *,
+        session_id: str | None = None,
+        type: str | None = None,
+    ) -> tuple[list[dict[str, Any]], int | None]: ...
+
+    def all_memories(self, namespace: str, profile: str) -> list[dict[str, Any]]: ...
+
+    def message(self, namespace: str, profile: str, message_id: str) -> dict[str, Any] | None: ...
+
+    def history(
+        self, namespace: str, profile: str, memory_id: str
+    ) -> list[dict[str, Any]] | None: ...
+
+    def extraction(
+        self, namespace: str, profile: str, source: str
+    ) -> tuple[int, int | None] | None: ...
+
+    def pending_extractions(self, namespace: str, profile: str) -> int: ...
+
+    def search_memories(
+        self, namespace: str, profile: str, terms: Sequence[str], limit: int
+    ) -> list[str]: ...
+
+    def search_messages(
+        self, namespace: str, profile: str, terms: Sequence[str], limit: int
+    ) -> list[str]: ...
+
+    def memories_of_messages(
+        self, namespace: str, profile: str, message_ids: Sequence[str]
+    ) -> dict[str, list[str]]: ...
+
+    def memories_by_topic(
+        self, namespace: str, profile: str, keys: Sequence[str], limit: int
+    ) -> list[str]: ...
+
+    def memories_between(
+        self, namespace: str, profile: str, start: str, end: str, limit: int
+    ) -> list[str]: ...
+
+    def vectors(
+        self, namespace: str, profile: str, kind: str, model: str
+    ) -> tuple[list[str], list[bytes]]: ...
+
+    def vector_state(self, namespace: str, profile: str, kind: str) -> tuple[int, int]: ...
+
+
 class ReadModels(Protocol):
     """The read side of an open read-model copy. Queries hand damage to the ``on_damage`` they
     were opened with; everything else raises :class:`ReadModelDamagedError` for it."""
@@ -293,6 +386,9 @@ class ReadModels(Protocol):
 
     @property
     def registry(self) -> RegistryQueries: ...
+
+    @property
+    def memory(self) -> MemoryQueries: ...
 
     @property
     def identity(self) -> Hashable | None:
@@ -441,8 +537,10 @@ class ReadModelCopy(Protocol):
         *,
         long_lived: bool = False,
         repair: bool = True,
+        encoder: TextEncoder | None = None,
     ) -> ReadModelStore:
-        """Open it for writing ``projections``; with ``repair``, a damaged or foreign copy is
+        """Open it for writing ``projections`` (``encoder`` embeds texts for ``vectors``); with
+        ``repair``, a damaged or foreign copy is
         moved aside first (then :attr:`ReadModelStore.fresh`). ``long_lived``: a projector's
         store, open for the process's life (it may do the backend's upkeep in the background).
 
@@ -451,7 +549,9 @@ class ReadModelCopy(Protocol):
             UnavailableError: it cannot be opened.
         """
 
-    def scratch(self, projections: Sequence[str] = PROJECTIONS) -> ReadModelStore:
+    def scratch(
+        self, projections: Sequence[str] = PROJECTIONS, *, encoder: TextEncoder | None = None
+    ) -> ReadModelStore:
         """A new, empty, temporary store of the same kind (gone when closed), e.g. to verify."""
 
     def claim(self, projections: Sequence[str] = PROJECTIONS) -> CopyLock:

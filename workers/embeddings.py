@@ -81,7 +81,7 @@ def load_embedder(model: str | None = None) -> Embedder:
         InvalidInputError: ``model`` is a path that does not exist.
         UnavailableError: the model could not be loaded.
     """
-    key = _model_key(model)
+    key = model_key(model)
     with _loading:
         embedder = _loaded.get(key)
         if embedder is None:
@@ -99,7 +99,7 @@ def as_embed(embedder: Embedder) -> Callable[[Sequence[str]], list[list[float]]]
     return embed
 
 
-def _model_key(model: str | None) -> str:
+def model_key(model: str | None) -> str:
     if model is None or model == BUNDLED_MODEL:
         return BUNDLED_MODEL
     path = Path(model).expanduser()

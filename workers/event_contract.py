@@ -36,6 +36,7 @@ from memstream.domain.context import (
     document_id,
     search_aggregate_id,
 )
+from memstream.domain.memory_profile import MemoryProfile, profile_aggregate_id
 from memstream.domain.messages import MessageText
 from memstream.domain.session import SessionAggregate, session_aggregate_id
 from memstream.domain.session_registry import SessionRecord, record_aggregate_id
@@ -62,6 +63,14 @@ EVENT_TYPES: Final[dict[str, type[Any]]] = {
     "registry.usage_added": SessionRecord.UsageAdded,
     "registry.session_ended": SessionRecord.SessionEnded,
     "registry.session_deleted": SessionRecord.SessionDeleted,
+    "memory.profile_created": MemoryProfile.ProfileCreated,
+    "memory.conversation_ingested": MemoryProfile.ConversationIngested,
+    "memory.memory_remembered": MemoryProfile.MemoryRemembered,
+    "memory.memories_extracted": MemoryProfile.MemoriesExtracted,
+    "memory.memory_superseded": MemoryProfile.MemorySuperseded,
+    "memory.memory_deleted": MemoryProfile.MemoryDeleted,
+    "memory.session_forgotten": MemoryProfile.SessionForgotten,
+    "memory.profile_deleted": MemoryProfile.ProfileDeleted,
 }
 TYPE_NAMES: Final[dict[type[Any], str]] = {cls: name for name, cls in EVENT_TYPES.items()}
 
@@ -213,6 +222,7 @@ _ID_OF: dict[str, Callable[[str, str], uuid.UUID]] = {
     "block": block_aggregate_id,
     "search": search_aggregate_id,
     "registry": record_aggregate_id,
+    "profile": profile_aggregate_id,
 }
 _AGGREGATE_IDS: dict[tuple[str, str, str], uuid.UUID] = {}
 _SINGLE_KEYS = (
@@ -299,6 +309,8 @@ def aggregate_id(name: str, data: dict[str, Any], namespace: str) -> uuid.UUID:
         key = ("session", namespace, data["session_id"])
     elif name.startswith("registry."):
         key = ("registry", namespace, data["session_id"])
+    elif name.startswith("memory."):
+        key = ("profile", namespace, data["profile"])
     elif name in ("context.block_written", "context.block_deleted"):
         key = ("block", namespace, document_id(data["label"], data["session_id"]))
     else:
@@ -327,7 +339,7 @@ def _state(name: str, data: dict[str, Any], namespace: str) -> dict[str, Any]:
         state["message_id"] = data.pop("message_id", None) or _id(message)
         state.update(data)
         state["message_json"] = _text(message)
-    elif "messages" in data:
+    elif "messages" in data and name == "session.messages_appended":
         messages = data.pop("messages")
         state.update(data)
         state["entries"] = [

@@ -26,7 +26,9 @@ from nats.js import api
 
 from memstream.domain.errors import MemstreamError, ReadModelDamagedError
 from memstream.projections.ports import (
+    INDEXER_PROJECTIONS,
     PROJECTIONS,
+    PROJECTOR_PROJECTIONS,
     CopyLock,
     ProjectorStats,
     ReadModelCopy,
@@ -72,11 +74,11 @@ PROJECTOR_CONSUMER_PREFIX = "projector-"
 
 def projector_consumer(copy: str, projections: Sequence[str] = PROJECTIONS) -> str:
     """The durable consumer name of a projector of ``projections`` in read-model copy ``copy``:
-    ``projector-<copy>`` for all of them, else ``projector-<copy>-<name>[-<name>...]``. Each
-    projector has its own: projectors of other projections of the copy (a slow one) never hold
-    it up."""
+    ``projector-<copy>`` for the projector's default set, else
+    ``projector-<copy>-<name>[-<name>...]``. Each projector has its own: projectors of other
+    projections of the copy (a slow one) never hold it up."""
     names = [name for name in PROJECTIONS if name in projections]
-    if names == list(PROJECTIONS):
+    if names == list(PROJECTOR_PROJECTIONS):
         return f"{PROJECTOR_CONSUMER_PREFIX}{copy}"
     return f"{PROJECTOR_CONSUMER_PREFIX}{copy}-{'-'.join(names)}"
 
@@ -149,7 +151,7 @@ class ProjectorWorker:
         cls,
         log: EventLog,
         copy: ReadModelCopy,
-        projections: Sequence[str] = PROJECTIONS,
+        projections: Sequence[str] = PROJECTOR_PROJECTIONS,
         **options: Any,
     ) -> ProjectorWorker:
         """A projector of ``projections`` (registry names) for the read-model copy ``copy``,
@@ -161,8 +163,10 @@ class ProjectorWorker:
             UnavailableError: the database cannot be opened.
         """
         lock = options.pop("lock", None) or claim_copy(copy, projections)
+        encoder = options.pop("encoder", None)  # the vectors projection's model
         try:
-            store = copy.store(projections, long_lived=True)  # moves a damaged one aside
+            # Moves a damaged one aside.
+            store = copy.store(projections, long_lived=True, encoder=encoder)
         except BaseException:
             lock.release()
             raise
@@ -172,6 +176,15 @@ class ProjectorWorker:
     def copy_id(self) -> str:
         """The id of the read-model copy this projector writes."""
         return self.store.copy_id()
+
+    @property
+    def filter_subject(self) -> str:
+        """What its consumer delivers: every event; only Agent Memory events to a projector of
+        ``vectors`` alone (the indexer), whose readers wait for their profile's last event,
+        not for the stream's (see :meth:`memstream.client.Memstream.wait_for_profile`)."""
+        if set(self.store.projections) <= set(INDEXER_PROJECTIONS):
+            return f"{self.log.subject_prefix}.*.profile.*"
+        return f"{self.log.subject_prefix}.>"
 
     def start_position(self) -> int:
         """First stream sequence not yet applied by every projection."""
@@ -196,7 +209,7 @@ class ProjectorWorker:
                     ack_policy=api.AckPolicy.ALL,
                     ack_wait=60.0,
                     max_ack_pending=-1,
-                    filter_subject=f"{self.log.subject_prefix}.>",
+                    filter_subject=self.filter_subject,
                 ),
             )
         return await Puller.bind(self.log.client, self.log.stream, self.durable)

@@ -15,6 +15,7 @@ from memstream.projections.ports import (
     ProjectorStats,
     ReadModelCopy,
     ReadModelStore,
+    TextEncoder,
     select_projections,
 )
 from memstream.workers.event_log import EventLog, LogEntry
@@ -105,8 +106,10 @@ async def rebuild(
     names: Sequence[str] | None = None,
     *,
     progress: Progress | None = None,
+    encoder: TextEncoder | None = None,
 ) -> int:
-    """Drop the named projections in ``copy`` and replay the log into them.
+    """Drop the named projections in ``copy`` and replay the log into them (``encoder``
+    embeds texts again for ``vectors``).
 
     A projector running elsewhere on the same copy notices the rewind and re-binds its
     consumer; both then skip what the other committed. A damaged or foreign copy (found at
@@ -114,11 +117,11 @@ async def rebuild(
     one. Returns the sequence reached.
     """
     selected = select_projections(names)
-    store = copy.store(selected)
+    store = copy.store(selected, encoder=encoder)
     fresh = store.fresh
     if fresh and len(selected) < len(PROJECTIONS):
         store.close()
-        store = copy.store()
+        store = copy.store(encoder=encoder)
     try:
         while True:
             try:
@@ -134,7 +137,8 @@ async def rebuild(
                 fresh = True
                 if len(store.projections) < len(PROJECTIONS):
                     store.close()
-                    store = copy.store()  # every projection is rebuilt into the fresh one
+                    # Every projection is rebuilt into the fresh one.
+                    store = copy.store(encoder=encoder)
     finally:
         store.close()
 
@@ -147,6 +151,7 @@ async def verify(
     as_of: int | None = None,
     progress: Progress | None = None,
     wait_timeout: float = 30.0,
+    encoder: TextEncoder | None = None,
 ) -> list[VerifyResult]:
     """Rebuild into a scratch store and compare checksums with the live one.
 
@@ -155,7 +160,7 @@ async def verify(
     (``live`` is the live checksum, comparable only when the live model is at that sequence).
     """
     selected = select_projections(names)
-    live = copy.store(selected, repair=False)
+    live = copy.store(selected, repair=False, encoder=encoder)
     try:
         target = as_of if as_of is not None else await log.stream_last_seq()
         if as_of is None:
@@ -165,7 +170,7 @@ async def verify(
                 if loop.time() > deadline:
                     raise UnavailableError(f"live read model did not reach {target}")
                 await asyncio.sleep(0.05)
-        scratch = copy.scratch(selected)
+        scratch = copy.scratch(selected, encoder=encoder)
         try:
             await catch_up(log, scratch, until=target, progress=progress)
             return [_compare(live, scratch, p, target) for p in selected]

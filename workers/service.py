@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.ports import PROJECTIONS
+from memstream.projections.ports import PROJECTOR_PROJECTIONS
 from memstream.projections.read_models import open_read_models
 from memstream.workers.event_log import EventLog, connect_nats
 from memstream.workers.position import Demand
@@ -30,7 +30,7 @@ class WorkerConfig:
     batch_size: int = 500
     linger: float = DEFAULT_LINGER  # see ProjectorWorker._linger; 0 commits every fetch at once
     database_url: str | None = None  # where the read models live instead of ``database``
-    projections: tuple[str, ...] = PROJECTIONS  # the registry's names a projector runs
+    projections: tuple[str, ...] = PROJECTOR_PROJECTIONS  # the registry's names a projector runs
 
     @property
     def database_path(self) -> Path:

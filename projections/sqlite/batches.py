@@ -15,13 +15,16 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memstream.domain.errors import InvalidInputError
 from memstream.projections.context_writes import project_context_event
+from memstream.projections.memory_writes import project_memory_event
 from memstream.projections.ports import (
     MAX_ATTEMPTS,
     PROJECTIONS,
     LogRecord,
     ProjectorStats,
     ReadModelRewound,
+    TextEncoder,
     run_steps,
 )
 from memstream.projections.registry_writes import TouchSession, project_registry_event
@@ -34,8 +37,11 @@ from memstream.projections.sqlite.database import (
     set_tracked_seqs,
     tracked_seqs,
 )
+from memstream.projections.sqlite.memory_writer import apply_memory_writes
 from memstream.projections.sqlite.registry_writer import apply_registry_writes, touch_sessions
 from memstream.projections.sqlite.session_writer import SessionRows, apply_session_writes
+from memstream.projections.sqlite.vector_writer import drop_vectors, store_vectors
+from memstream.projections.vector_writes import DropVectors, EmbedTexts, project_vector_event
 
 logger = logging.getLogger(__name__)
 
@@ -150,18 +156,91 @@ class RegistryProjection:
             self.touches.clear()
 
 
-_PROJECTION_TYPES: dict[
-    str, type[SessionProjection] | type[_WritesAtOnce] | type[RegistryProjection]
-] = {
+class MemoryProjection(_WritesAtOnce):
+    """Agent Memory: profiles, raw messages, memories, their search indexes and history."""
+
+    name = "memory"
+
+    def writes(self, namespace: str, seq: int, event: object) -> list[Any]:
+        return list(project_memory_event(namespace, seq, event))
+
+    def write(self, connection: sqlite3.Connection, writes: list[Any]) -> None:
+        apply_memory_writes(connection, writes)
+
+
+class VectorProjection:
+    """Embeddings of memories and raw messages. The texts of a batch are embedded together in
+    :meth:`prepare`, before its transaction begins (a model takes seconds; the file's write
+    lock is held only while the vectors are written)."""
+
+    name = "vectors"
+
+    def __init__(self, encoder: TextEncoder) -> None:
+        self.encoder = encoder
+        self.ready: dict[tuple[int, str, str], Any] = {}  # (seq, kind, id) -> vector
+
+    def prepare(self, events: Sequence[tuple[str, int, object]]) -> None:
+        """Embed the texts of a batch's events at once."""
+        self.ready.clear()
+        keys: list[tuple[int, str, str]] = []
+        texts: list[str] = []
+        for namespace, seq, event in events:
+            for write in project_vector_event(namespace, seq, event):
+                if isinstance(write, EmbedTexts):
+                    for item_id, _, text in write.items:
+                        keys.append((seq, write.kind, item_id))
+                        texts.append(text)
+        if texts:
+            self.ready = dict(zip(keys, self.encoder.encode(texts), strict=True))
+
+    def apply(
+        self, connection: sqlite3.Connection, namespace: str, seq: int, event: object
+    ) -> None:
+        for write in project_vector_event(namespace, seq, event):
+            if isinstance(write, DropVectors):
+                drop_vectors(connection, write)
+                continue
+            keys = [(seq, write.kind, item_id) for item_id, _, _ in write.items]
+            if all(key in self.ready for key in keys):
+                vectors = [self.ready[key] for key in keys]
+            else:
+                vectors = list(self.encoder.encode([text for _, _, text in write.items]))
+            store_vectors(connection, write, self.encoder.model_name, vectors)
+
+    def forget(self) -> None:
+        pass  # what it prepared is keyed by the events: still right for a retried batch
+
+    def before_commit(self, connection: sqlite3.Connection) -> None:
+        pass
+
+
+_PROJECTION_TYPES: dict[str, Any] = {
     "sessions": SessionProjection,
     "context": ContextProjection,
     "registry": RegistryProjection,
+    "memory": MemoryProjection,
 }
 
 
-def default_projections(names: Sequence[str] = PROJECTIONS) -> list[Projection]:
-    """The SQLite projections named (by default those the ``projector`` worker maintains)."""
-    return [_PROJECTION_TYPES[name]() for name in names]
+def default_projections(
+    names: Sequence[str] = PROJECTIONS, encoder: TextEncoder | None = None
+) -> list[Projection]:
+    """The SQLite projections named (``vectors`` embeds with ``encoder``).
+
+    Raises:
+        InvalidInputError: ``vectors`` without an encoder.
+    """
+    projections: list[Projection] = []
+    for name in names:
+        if name == "vectors":
+            if encoder is None:
+                raise InvalidInputError(
+                    "the vectors projection needs an embedding model (the indexer's)"
+                )
+            projections.append(VectorProjection(encoder))
+        else:
+            projections.append(_PROJECTION_TYPES[name]())
+    return projections
 
 
 @dataclass
@@ -237,6 +316,7 @@ def batch_steps(
     ``checkpointer`` hears of the commit.
     """
     done = ProjectorStats(attempts=stats.attempts)
+    decoded = _prepare(projections, entries)
     try:
         connection.execute("BEGIN IMMEDIATE")
         try:
@@ -251,7 +331,7 @@ def batch_steps(
                     done.skipped += 1
                     continue
                 try:
-                    event = entry.decode()
+                    event = decoded[entry.seq] if entry.seq in decoded else entry.decode()
                 except Exception as error:
                     for projection in pending:
                         _dead_letter(connection, projection.name, entry, error, 1, done)
@@ -314,6 +394,26 @@ def batch_steps(
     stats.skipped += done.skipped
     stats.dead_lettered += done.dead_lettered
     return min(positions.values()) if positions else 0
+
+
+def _prepare(projections: Sequence[Projection], entries: Sequence[LogRecord]) -> dict[int, object]:
+    """Let projections that prepare a batch (outside its transaction) see its events; the
+    events decoded for them, by sequence (an undecodable one is left to the batch)."""
+    preparing = [p for p in projections if hasattr(p, "prepare")]
+    if not preparing:
+        return {}
+    decoded: dict[int, object] = {}
+    events: list[tuple[str, int, object]] = []
+    for entry in entries:
+        try:
+            event = entry.decode()
+        except Exception:  # dead-lettered by the batch
+            continue
+        decoded[entry.seq] = event
+        events.append((entry.namespace(), entry.seq, event))
+    for projection in preparing:
+        projection.prepare(events)
+    return decoded
 
 
 def _dead_letter(

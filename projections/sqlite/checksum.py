@@ -96,6 +96,57 @@ _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
             "FROM session_registry ORDER BY namespace, session_id",
         ),
     ),
+    # By names, never by the row keys (pid, rid) that two builds may number differently.
+    "memory": (
+        (
+            "memory profiles",
+            "SELECT namespace, profile, created_at, updated_at, seq FROM memory_profiles "
+            "ORDER BY namespace, profile",
+        ),
+        (
+            "raw messages",
+            "SELECT p.namespace, p.profile, m.id, m.session_id, m.role, m.content, m.timestamp, "
+            "m.seq FROM memory_messages AS m JOIN memory_profiles AS p ON p.pid = m.pid "
+            "ORDER BY p.namespace, p.profile, m.id",
+        ),
+        ("raw message search rows", "SELECT count(*) FROM memory_messages_fts"),
+        (
+            "memories",
+            "SELECT p.namespace, p.profile, m.id, m.type, m.topic_key, m.summary, m.content, "
+            "m.keywords, m.queries, m.session_id, m.event_time, m.source, m.extractor, "
+            "m.superseded_by, m.supersedes, m.created_at, m.updated_at, m.seq "
+            "FROM memories AS m JOIN memory_profiles AS p ON p.pid = m.pid "
+            "ORDER BY p.namespace, p.profile, m.id",
+        ),
+        ("memory search rows", "SELECT count(*) FROM memories_fts"),
+        (
+            "memory sources",
+            "SELECT p.namespace, p.profile, m.id, s.message_id FROM memory_sources AS s "
+            "JOIN memories AS m ON m.rid = s.memory_rid JOIN memory_profiles AS p "
+            "ON p.pid = s.pid ORDER BY p.namespace, p.profile, m.id, s.message_id",
+        ),
+        (
+            "memory history",
+            "SELECT p.namespace, p.profile, h.memory_id, h.seq, h.at, h.action, h.other_id "
+            "FROM memory_history AS h JOIN memory_profiles AS p ON p.pid = h.pid "
+            "ORDER BY p.namespace, p.profile, h.memory_id, h.seq, h.action",
+        ),
+        (
+            "extraction sources",
+            "SELECT p.namespace, p.profile, e.source, e.session_id, e.seq, e.extracted_seq, "
+            "e.memories FROM memory_extractions AS e JOIN memory_profiles AS p "
+            "ON p.pid = e.pid ORDER BY p.namespace, p.profile, e.source",
+        ),
+    ),
+    # Vectors are recomputed on a rebuild, and a model's floats may differ in their last bits
+    # between batchings: which items have vectors of which model, not the floats.
+    "vectors": (
+        (
+            "vectors",
+            "SELECT namespace, profile, kind, item_id, session_id, model, length(vector), seq "
+            "FROM memory_vectors ORDER BY namespace, profile, kind, item_id",
+        ),
+    ),
 }
 
 

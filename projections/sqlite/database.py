@@ -22,7 +22,7 @@ from memstream.projections.sqlite.damage import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 # ``PRAGMA application_id`` of a memstream read model ("MSDB"), set by migration
 # APPLICATION_ID_VERSION. A database at a lower version without it is an older memstream read
 # model; any other non-empty database without it is foreign.
@@ -282,6 +282,105 @@ _MIGRATIONS: dict[int, str] = {
     ) WITHOUT ROWID;
     CREATE INDEX session_registry_recent ON session_registry (namespace, updated_seq);
     """,
+    # Agent Memory (the ``memory`` projection): profiles (``pid`` keys their rows, ``scope``
+    # = "p<pid>" is their token in the FTS indexes), raw messages, memories with their sources
+    # and history, extraction sources; and the ``vectors`` projection's embeddings, keyed by
+    # names (it is projected apart from ``memory``, so it cannot share its keys).
+    13: """
+    CREATE TABLE memory_profiles (
+        pid INTEGER PRIMARY KEY,
+        namespace TEXT NOT NULL,
+        profile TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        UNIQUE (namespace, profile)
+    );
+    CREATE TABLE memory_messages (
+        rid INTEGER PRIMARY KEY,
+        pid INTEGER NOT NULL,
+        id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        timestamp TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        scope TEXT NOT NULL,
+        UNIQUE (pid, id)
+    );
+    CREATE INDEX memory_messages_session ON memory_messages (pid, session_id);
+    CREATE VIRTUAL TABLE memory_messages_fts USING fts5(
+        content, scope, content = 'memory_messages', content_rowid = 'rid',
+        tokenize = 'porter unicode61'
+    );
+    CREATE TABLE memories (
+        rid INTEGER PRIMARY KEY,
+        pid INTEGER NOT NULL,
+        id TEXT NOT NULL,
+        type TEXT NOT NULL,
+        topic_key TEXT NOT NULL,
+        summary TEXT NOT NULL,
+        content TEXT NOT NULL,
+        keywords TEXT NOT NULL,
+        queries TEXT NOT NULL,
+        session_id TEXT,
+        event_time TEXT,
+        source TEXT NOT NULL,
+        extractor TEXT NOT NULL,
+        superseded_by TEXT,
+        supersedes TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        scope TEXT NOT NULL,
+        UNIQUE (pid, id)
+    );
+    CREATE INDEX memories_topic ON memories (pid, topic_key);
+    CREATE INDEX memories_session ON memories (pid, session_id);
+    CREATE INDEX memories_time ON memories (pid, event_time) WHERE event_time IS NOT NULL;
+    CREATE INDEX memories_type ON memories (pid, type, rid);
+    CREATE VIRTUAL TABLE memories_fts USING fts5(
+        summary, content, keywords, queries, scope,
+        content = 'memories', content_rowid = 'rid', tokenize = 'porter unicode61'
+    );
+    CREATE TABLE memory_sources (
+        pid INTEGER NOT NULL,
+        message_id TEXT NOT NULL,
+        memory_rid INTEGER NOT NULL,
+        PRIMARY KEY (pid, message_id, memory_rid)
+    ) WITHOUT ROWID;
+    CREATE INDEX memory_sources_memory ON memory_sources (memory_rid);
+    CREATE TABLE memory_history (
+        pid INTEGER NOT NULL,
+        memory_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        at TEXT NOT NULL,
+        action TEXT NOT NULL,
+        other_id TEXT,
+        PRIMARY KEY (pid, memory_id, seq, action)
+    ) WITHOUT ROWID;
+    CREATE TABLE memory_extractions (
+        pid INTEGER NOT NULL,
+        source TEXT NOT NULL,
+        session_id TEXT,
+        seq INTEGER NOT NULL,
+        extracted_seq INTEGER,
+        memories INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (pid, source)
+    ) WITHOUT ROWID;
+    CREATE TABLE memory_vectors (
+        namespace TEXT NOT NULL,
+        profile TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        item_id TEXT NOT NULL,
+        session_id TEXT,
+        model TEXT NOT NULL,
+        vector BLOB NOT NULL,
+        seq INTEGER NOT NULL,
+        PRIMARY KEY (namespace, profile, kind, item_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX memory_vectors_session ON memory_vectors (namespace, profile, session_id);
+    """,
 }
 
 # Tables each projection owns: dropped and rebuilt together by ``projections rebuild``.
@@ -296,10 +395,26 @@ PROJECTION_TABLES: dict[str, tuple[str, ...]] = {
         "search_entries_fts",
     ),
     "registry": ("session_registry",),
+    "memory": (
+        "memory_profiles",
+        "memory_messages",
+        "memory_messages_fts",
+        "memories",
+        "memories_fts",
+        "memory_sources",
+        "memory_history",
+        "memory_extractions",
+    ),
+    "vectors": ("memory_vectors",),
 }
 
 # How a table is emptied where DELETE cannot (a contentless FTS5 table).
-_EMPTY = {"messages_fts": "INSERT INTO messages_fts (messages_fts) VALUES ('delete-all')"}
+_EMPTY = {
+    "messages_fts": "INSERT INTO messages_fts (messages_fts) VALUES ('delete-all')",
+    "memory_messages_fts": "INSERT INTO memory_messages_fts (memory_messages_fts) "
+    "VALUES ('delete-all')",
+    "memories_fts": "INSERT INTO memories_fts (memories_fts) VALUES ('delete-all')",
+}
 
 
 class ReadModelConnection(sqlite3.Connection):

@@ -28,6 +28,7 @@ from memstream.projections.ports import (
     ProjectorStats,
     ReadModelStore,
     SnapshotSource,
+    TextEncoder,
     run_steps,
 )
 from memstream.projections.sqlite.batches import (
@@ -56,6 +57,7 @@ from memstream.projections.sqlite.database import (
     tracked_seq,
     tracked_seqs,
 )
+from memstream.projections.sqlite.memory_queries import SqliteMemoryQueries
 from memstream.projections.sqlite.read_connection import ReadConnection
 from memstream.projections.sqlite.read_guard import guarded
 from memstream.projections.sqlite.registry_queries import (
@@ -211,6 +213,7 @@ class SqliteReadModels:
         self.sessions = guarded(SqliteSessionQueries(reads), on_damage)
         self.context = guarded(SqliteContextQueries(reads), on_damage)
         self.registry = guarded(SqliteRegistryQueries(reads), on_damage)
+        self.memory = guarded(SqliteMemoryQueries(reads), on_damage)
 
     def _lend(self) -> sqlite3.Connection | None:
         """The lender's connection, when it has one idle on the file read here."""
@@ -294,6 +297,7 @@ class SqliteCopy:
         *,
         long_lived: bool = False,
         repair: bool = True,
+        encoder: TextEncoder | None = None,
     ) -> SqliteReadModelStore:
         connection = open_database(self.path, repair=repair)
         if long_lived:  # a projector's (it holds their locks): changed versions start over
@@ -304,10 +308,12 @@ class SqliteCopy:
                 connection.close()
                 raise
         return SqliteReadModelStore(
-            connection, default_projections(projections), long_lived=long_lived
+            connection, default_projections(projections, encoder), long_lived=long_lived
         )
 
-    def scratch(self, projections: Sequence[str] = PROJECTIONS) -> SqliteReadModelStore:
+    def scratch(
+        self, projections: Sequence[str] = PROJECTIONS, *, encoder: TextEncoder | None = None
+    ) -> SqliteReadModelStore:
         directory = tempfile.TemporaryDirectory(prefix="memstream-verify-")
         try:
             connection = open_database(Path(directory.name) / "scratch.db")
@@ -315,7 +321,10 @@ class SqliteCopy:
             directory.cleanup()
             raise
         return SqliteReadModelStore(
-            connection, default_projections(projections), long_lived=False, scratch=directory
+            connection,
+            default_projections(projections, encoder),
+            long_lived=False,
+            scratch=directory,
         )
 
     def claim(self, projections: Sequence[str] = PROJECTIONS) -> ProjectorLock:

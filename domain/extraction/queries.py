@@ -1,0 +1,133 @@
+"""Search queries a memory answers, built by templates from its type, topic key and words."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from memstream.domain.extraction.model import MemoryType
+from memstream.domain.extraction.vocabulary import STOPWORDS, is_past_tense, verb_lemma
+
+MAX_QUERIES: Final = 5
+_PHRASE_WORDS: Final = 8
+
+_PREDICATE_QUESTIONS: Final = {
+    "lives_in": ("Where does {s} live?", "Where did {s} move to?"),
+    "hometown": ("Where is {s} from?", "Where did {s} grow up?"),
+    "works_at": ("Where does {s} work?", "What company does {s} work for?"),
+    "occupation": ("What does {s} do for a living?", "What is {s}'s job?"),
+    "name": ("What is {s}'s name?", "What should {s} be called?"),
+    "age": ("How old is {s}?",),
+    "birthday": ("When is {s}'s birthday?",),
+    "relationship_status": ("What is {s}'s relationship status?",),
+    "diet": ("What does {s} eat?", "Is {s} vegetarian?"),
+}
+_AGENT_QUESTIONS: Final = {
+    "answer_language": "Which language should answers be in?",
+    "response_length": "How long should responses be?",
+    "response_format": "How should responses be formatted?",
+    "units": "Which units should be used?",
+    "tone": "What tone should responses have?",
+    "emoji": "Should responses use emoji?",
+    "spelling": "Which spelling should be used?",
+    "timezone": "Which time zone should be used?",
+}
+_FIRST_PERSON_VERB: Final = re.compile(
+    r"\b(?:I|we)\s+(?:(?:really|also|just|finally|recently|actually|even)\s+)*"
+    r"(?P<aux>will|'ll|am going to|'m going to|'m gonna|am gonna|was|had)?\s*"
+    r"(?P<verb>[a-z]+)\s+(?P<rest>[^.!?;,]*)",
+    re.IGNORECASE,
+)
+_CUT_AT: Final = re.compile(
+    r"\b(?:and|but|because|so|which|when|while|yesterday|today|tomorrow|last|next|this|ago|"
+    r"on|in \d|since)\b",
+    re.IGNORECASE,
+)
+
+
+def search_queries(
+    memory_type: MemoryType,
+    topic_key: str,
+    subject: str,
+    text: str,
+    keywords: list[str],
+    when: str | None,
+) -> tuple[str, ...]:
+    """3–5 distinct natural questions the memory answers.
+
+    Args:
+        memory_type: the memory's type.
+        topic_key: its topic key (``"user:lives_in"``).
+        subject: the display name of who it is about ("Caroline", "User").
+        text: the first-person text it came from (for "When did X go to ...?" questions).
+        keywords: its keywords, most relevant first.
+        when: its rendered date ("on 7 May 2023"), if any.
+    """
+    owner, _, predicate = topic_key.partition(":")
+    queries: list[str] = []
+    if owner == "agent":
+        queries.append(_AGENT_QUESTIONS.get(predicate, "How should the assistant behave?"))
+        queries.append(f"What instructions has {subject} given about {_words(predicate)}?")
+    elif predicate in _PREDICATE_QUESTIONS:
+        queries.extend(q.format(s=subject) for q in _PREDICATE_QUESTIONS[predicate])
+    elif predicate.startswith("favorite_"):
+        queries.append(f"What is {subject}'s favorite {_words(predicate[9:])}?")
+    elif predicate.startswith(("likes_", "dislikes_", "prefers_")):
+        verb, _, thing = predicate.partition("_")
+        queries.append(f"What does {subject} {verb.rstrip('s')}?")
+        queries.append(f"How does {subject} feel about {_words(thing)}?")
+    elif predicate.startswith("has_"):
+        queries.append(f"Does {subject} have a {_words(predicate[4:])}?")
+    action = _action_phrase(text)
+    if action is not None:
+        tense, phrase = action
+        if memory_type == "event" or (memory_type == "fact" and tense != "present"):
+            did = "will" if tense == "future" else "did"
+            queries.append(f"When {did} {subject} {phrase}?")
+        elif memory_type == "fact":
+            queries.append(f"Does {subject} {phrase}?")
+        if memory_type == "task":
+            queries.append(f"When does {subject} need to {phrase}?")
+    if when is not None and memory_type == "event":
+        queries.append(f"What did {subject} do {when}?")
+    if memory_type == "task":
+        queries.append(f"What does {subject} need to do?")
+        if when is not None:
+            queries.append(f"What is due {when}?")
+    topical = [k for k in keywords if k.lower() != subject.lower()][:3]
+    if topical:
+        queries.append(f"What did {subject} say about {topical[0]}?")
+    if len(topical) >= 2:
+        queries.append(f"What does {subject} think about {topical[0]} and {topical[1]}?")
+    if len(topical) >= 3:
+        queries.append(f"{subject} {' '.join(topical)}")
+    queries.append(f"What do we know about {subject}?")
+    queries.append(f"What is important to {subject}?")
+    queries.append(f"What did {subject} mention?")
+    distinct = list(dict.fromkeys(queries))
+    return tuple(distinct[:MAX_QUERIES])
+
+
+def _words(snake: str) -> str:
+    return snake.replace("_", " ") or "this"
+
+
+def _action_phrase(text: str) -> tuple[str, str] | None:
+    match = _FIRST_PERSON_VERB.search(text)
+    if match is None:
+        return None
+    verb = match["verb"].lower()
+    aux = (match["aux"] or "").lower()
+    if verb in STOPWORDS and verb not in {"went", "made", "got", "had", "did", "took", "said"}:
+        return None
+    if aux and "going" not in aux and "gonna" not in aux and aux not in {"will", "'ll"}:
+        return None
+    tense = "future" if aux else "past" if is_past_tense(verb) else "present"
+    rest = _CUT_AT.split(match["rest"], maxsplit=1)[0].split()[:_PHRASE_WORDS]
+    rest = [_object_pronoun(w) for w in rest]
+    phrase = " ".join([verb_lemma(verb), *rest])
+    return tense, phrase.strip()
+
+
+def _object_pronoun(word: str) -> str:
+    return {"my": "their", "me": "them", "myself": "themself", "our": "their"}.get(word, word)
