@@ -17,13 +17,13 @@ from memstream.cli.context import (
 from memstream.cli.demo import run_demo
 from memstream.cli.output import note, show_demo, show_platform
 from memstream.domain.redaction import redact_url
-from memstream.projections.ports import REGISTRY, parse_projections
+from memstream.projections.ports import PROJECTOR_PROJECTIONS, REGISTRY, parse_projections
 from memstream.projections.read_models import open_read_models
 from memstream.workers.apps import create_app, nats_security, require_worker
 from memstream.workers.data_dir import prepare_data_dir, private_database
 from memstream.workers.embedded import EmbeddedRuntime
 from memstream.workers.projector import DEFAULT_LINGER, claim_copy
-from memstream.workers.service import WorkerConfig
+from memstream.workers.service import WorkerConfig, worker_projections
 
 MAX_LINGER = 10.0  # seconds; more would only make status show a lag longer
 
@@ -77,7 +77,14 @@ async def _up(settings: Settings, *, demo: bool) -> None:
 
 def worker(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="The worker to run: projector.", show_default=False)],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="The worker to run: projector (every read model but vectors), indexer (the "
+            "vectors: an embedding model), extractor (memories from ingests).",
+            show_default=False,
+        ),
+    ],
     linger: Annotated[
         float,
         typer.Option(
@@ -89,7 +96,8 @@ def worker(
         str | None,
         typer.Option(
             "--projections",
-            help="Comma-separated projections to run (default: all): "
+            help="Comma-separated projections a projector runs (default: all but vectors, "
+            "which the indexer runs): "
             + ", ".join(f"{spec.name} ({spec.holds})" for spec in REGISTRY)
             + ". Projectors of other projections of the same data dir may run beside it, each "
             "with its own consumer.",
@@ -109,7 +117,11 @@ def worker(
     """
     settings = settings_of(ctx)
     require_worker(name)
-    selected = tuple(parse_projections("--projections", projections))
+    if name != "projector" and projections:
+        raise InvalidInputError(f"--projections is for the projector; the {name} runs its own")
+    selected = worker_projections(
+        name, tuple(parse_projections("--projections", projections, PROJECTOR_PROJECTIONS))
+    )
     if not 0 <= linger <= MAX_LINGER:
         raise InvalidInputError(f"--linger is {linger:g}; it must be 0 to {MAX_LINGER:g} seconds")
     runtime: EmbeddedRuntime | None = None
@@ -128,7 +140,8 @@ def worker(
         prepare_data_dir(settings.data_dir)
     try:
         # One read-model copy has one projector: refuse now, in one line, if one runs.
-        lock = claim_copy(open_read_models(settings), selected)
+        if name != "extractor":  # the extractor writes to the log only
+            lock = claim_copy(open_read_models(settings), selected)
         configure_logging()
         config = WorkerConfig(
             nats_url=url,
@@ -136,6 +149,7 @@ def worker(
             database=private_database(settings.database_path),
             linger=linger,
             projections=selected,
+            embedding_model=settings.embedding_model,
         )
         security = (
             nats_security(token=runtime.token)  # the embedded server takes its data dir's token

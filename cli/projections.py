@@ -17,7 +17,12 @@ from memstream.cli.output import (
 )
 from memstream.projections.read_models import open_read_models
 from memstream.workers.rebuild import VerifyResult, rebuild, repair, verify
-from memstream.workers.status import ProjectionStatus, forget_copy, projection_statuses
+from memstream.workers.status import (
+    ProjectionStatus,
+    forget_copy,
+    profiles_last_seq,
+    projection_statuses,
+)
 
 app = typer.Typer(no_args_is_help=True, help="Read models: positions, rebuilds, checksums.")
 
@@ -38,7 +43,9 @@ def list_projections(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
     async def main() -> list[ProjectionStatus]:
         async with connected(settings, workers=False) as ms:
-            return projection_statuses(ms.read_models, await ms.log.stream_last_seq())
+            return projection_statuses(
+                ms.read_models, await ms.log.stream_last_seq(), await profiles_last_seq(ms.log)
+            )
 
     statuses = run(main())
     if as_json:
@@ -67,7 +74,8 @@ def rebuild_projections(ctx: typer.Context, names: NamesArg = None) -> None:
     async def main() -> int:
         async with connected(settings, workers=False) as ms:
             with progress_bar("rebuilding") as progress:
-                return await rebuild(ms.log, copy, names, progress=progress)
+                # With the embedding model (loaded only if there are texts): vectors too.
+                return await rebuild(ms.log, copy, names, progress=progress, encoder=ms.encoder)
 
     reached = run(main())
     typer.echo(

@@ -45,6 +45,8 @@ from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
 # most: extraction of 500 long messages with embeddings takes seconds on a small machine.
 EXTRACTION_TIMEOUT: Final = 120.0
 _POLL: Final = (0.005, 0.1)  # first and longest pause between looks at the extraction
+# (``Profile.list`` hides the builtin inside its class: these name the types.)
+Records = list[dict[str, Any]]
 
 
 class MemoryClient(Protocol):
@@ -100,7 +102,7 @@ class AgentMemory:
         await self._ms.wait_for("memory", result.seq)
         await self._ms.wait_for_profile(self.namespace, name, result.seq)
 
-    async def list_profiles(self) -> list[dict[str, Any]]:
+    async def list_profiles(self) -> Records:
         """Every profile of the namespace: ``{name, created_at, updated_at, memories,
         messages}``, by name."""
         await self._ms.wait_for("memory")
@@ -158,7 +160,8 @@ class Profile:
         if not wait:
             return
         if result.events:
-            await self._extracted(result.events[-1].ingest_id, result.seq)
+            last: Any = result.events[-1]
+            await self._extracted(last.ingest_id, result.seq)
         else:
             await self._read(result.seq)
 
@@ -314,12 +317,10 @@ class Profile:
         await self._read()
         message = self._queries.message(self.namespace, self.name, message_id)
         if message is None:
-            raise NotFoundError(
-                f"message {message_id!r} does not exist in profile {self.name!r}"
-            )
+            raise NotFoundError(f"message {message_id!r} does not exist in profile {self.name!r}")
         return message
 
-    async def history(self, memory_id: str) -> list[dict[str, Any]]:
+    async def history(self, memory_id: str) -> Records:
         """The memory's topic chain, oldest first: what it superseded and what superseded it,
         each with its events (``created``, ``superseded``, ``supersedes``) and ``current``.
 

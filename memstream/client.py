@@ -13,6 +13,7 @@ from typing import Any, NoReturn, TypeVar
 from eventsourcing.domain import Aggregate
 from nats.aio.client import Client
 
+from memstream.agent_memory import AgentMemory
 from memstream.domain.context import ContextDocument, SearchIndex
 from memstream.domain.errors import (
     MemstreamError,
@@ -20,9 +21,8 @@ from memstream.domain.errors import (
     ReadModelDamagedError,
 )
 from memstream.domain.limits import check_actor, check_namespace, check_session_id
-from memstream.domain.session import SessionAggregate
-from memstream.domain.extraction import OfflineExtractor
 from memstream.domain.memory_profile import MemoryProfile
+from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
 from memstream.projections.ports import (
     INDEXER_PROJECTIONS,
@@ -37,7 +37,6 @@ from memstream.projections.ports import (
     SessionQueries,
 )
 from memstream.projections.read_models import open_read_models
-from memstream.agent_memory import AgentMemory
 from memstream.session import Session
 from memstream.session_manager import SessionManager
 from memstream.settings import Settings, default_actor
@@ -45,13 +44,13 @@ from memstream.workers.aggregate_store import AggregateStore, CommandResult, Dec
 from memstream.workers.codec import CommandMeta
 from memstream.workers.data_dir import prepare_data_dir, private_database
 from memstream.workers.embedded import EmbeddedRuntime
-from memstream.workers.embeddings import as_embed
+from memstream.workers.event_log import EventLog, connect_nats
 from memstream.workers.extractor import ExtractorWorker
 from memstream.workers.indexer import LazyEncoder
-from memstream.workers.event_log import EventLog, connect_nats
 from memstream.workers.position import Demand, PositionWatch
 from memstream.workers.projector import DEFAULT_LINGER, ProjectorWorker
 from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
+from memstream.workers.service import offline_extractor
 from memstream.workers.subjects import demand_subject, subject_for
 
 logger = logging.getLogger(__name__)
@@ -205,9 +204,12 @@ class Memstream:
         """Whether a projector of this process reports ``projection``'s commits to the readers
         here."""
         for projector in (self.projector, self.indexer):
-            if projector is not None and projector.running:
-                if projection in projector.store.projections:
-                    return True
+            if (
+                projector is not None
+                and projector.running
+                and projection in projector.store.projections
+            ):
+                return True
         return False
 
     def _tracked_seq(self, projection: str) -> int:
@@ -375,6 +377,12 @@ class Memstream:
         for name in projections:
             self.positions[name].advance(seq)
 
+    def _embed(self) -> Any:
+        """The model as the extractor's prototype classifier calls it (loaded now if need be)."""
+        from memstream.workers.embeddings import as_embed
+
+        return as_embed(self.encoder.embedder())
+
     def start_workers(self) -> None:
         """Run the workers in this process: the projector, the indexer (its model is loaded
         when the first text to embed arrives) and the extractor."""
@@ -402,10 +410,7 @@ class Memstream:
             logger.warning("not indexing %s here: %s", self.settings.data_dir, error)
         else:
             self.indexer.start()
-        encoder = self.encoder
-        self.extractor = ExtractorWorker(
-            self.log, OfflineExtractor(), embed=lambda: as_embed(encoder.embedder())
-        )
+        self.extractor = ExtractorWorker(self.log, offline_extractor, embed=self._embed)
         self.extractor.start()
 
     def watch_ownership(self, run_workers: bool, interval: float = 0.5) -> None:

@@ -12,16 +12,17 @@ import asyncio
 import json
 import logging
 import math
-from typing import Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 from urllib.parse import urlsplit
-
-import httpx
 
 from memstream.domain.errors import InvalidInputError, UnavailableError
 from memstream.domain.extractive_summary import DEFAULT_BUDGET, extractive_summary
 from memstream.domain.limits import check_int, require_str
 from memstream.domain.redaction import redact, redacted_exception, url_secrets
 from memstream.settings import Settings
+
+if TYPE_CHECKING:  # imported where a request is made (~100 ms at import time)
+    import httpx
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +100,8 @@ class OpenAICompatibleSummarizer:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
+        import httpx
+
         async with httpx.AsyncClient(timeout=self._timeout, follow_redirects=False) as client:
             for attempt in range(self._max_retries + 1):
                 last = attempt == self._max_retries

@@ -533,7 +533,7 @@ class ReadModelCopy(Protocol):
 
     def store(
         self,
-        projections: Sequence[str] = PROJECTIONS,
+        projections: Sequence[str] = PROJECTOR_PROJECTIONS,
         *,
         long_lived: bool = False,
         repair: bool = True,
@@ -550,7 +550,10 @@ class ReadModelCopy(Protocol):
         """
 
     def scratch(
-        self, projections: Sequence[str] = PROJECTIONS, *, encoder: TextEncoder | None = None
+        self,
+        projections: Sequence[str] = PROJECTOR_PROJECTIONS,
+        *,
+        encoder: TextEncoder | None = None,
     ) -> ReadModelStore:
         """A new, empty, temporary store of the same kind (gone when closed), e.g. to verify."""
 

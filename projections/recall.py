@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from memstream.domain.extraction.model import TimeWindow
 from memstream.domain.memory_input import iso
 from memstream.projections.ports import MemoryQueries
-from memstream.projections.vector_search import VectorIndex
+
+if TYPE_CHECKING:
+    from memstream.projections.vector_search import VectorIndex
 
 RRF_K: Final = 60
 # Per level: the depth of each channel, and how many candidates a recall returns.

@@ -27,6 +27,48 @@ MESSAGE: dict[str, Any] = {
     },
 }
 SESSION = {"session_id": STRING}
+PROFILE = {"profile": STRING}
+RAW_MESSAGE: dict[str, Any] = {
+    "type": "object",
+    "description": "A raw message of an ingest: its content address, role, text and time.",
+    "additionalProperties": False,
+    "required": ["id", "role", "content", "timestamp"],
+    "properties": {
+        "id": STRING,
+        "role": {"enum": ["system", "user", "assistant"]},
+        "content": STRING,
+        "timestamp": {"type": "string", "format": "date-time"},
+    },
+}
+MEMORY: dict[str, Any] = {
+    "type": "object",
+    "description": "One extracted memory.",
+    "additionalProperties": False,
+    "required": [
+        "id",
+        "type",
+        "topic_key",
+        "summary",
+        "content",
+        "keywords",
+        "queries",
+        "source_message_ids",
+        "event_time",
+        "session_id",
+    ],
+    "properties": {
+        "id": STRING,
+        "type": {"enum": ["fact", "event", "instruction", "task"]},
+        "topic_key": STRING,
+        "summary": STRING,
+        "content": STRING,
+        "keywords": {"type": "array", "items": STRING},
+        "queries": {"type": "array", "items": STRING},
+        "source_message_ids": {"type": "array", "items": STRING},
+        "event_time": {"type": ["string", "null"], "format": "date-time"},
+        "session_id": NULLABLE_STRING,
+    },
+}
 COUNT: dict[str, Any] = {"type": "integer", "minimum": 0}
 
 FIELDS: dict[str, dict[str, dict[str, Any]]] = {
@@ -86,6 +128,40 @@ FIELDS: dict[str, dict[str, dict[str, Any]]] = {
     },
     "registry.session_ended": {**SESSION, "end_reason": STRING},
     "registry.session_deleted": {**SESSION},
+    "memory.profile_created": {**PROFILE},
+    "memory.conversation_ingested": {
+        **PROFILE,
+        "ingest_id": STRING,
+        "session_id": STRING,
+        "part": {"type": "integer", "minimum": 1},
+        "parts": {"type": "integer", "minimum": 1},
+        "messages": {"type": "array", "minItems": 1, "items": RAW_MESSAGE},
+    },
+    "memory.memory_remembered": {
+        **PROFILE,
+        "memory_id": STRING,
+        "content": STRING,
+        "session_id": NULLABLE_STRING,
+    },
+    "memory.memories_extracted": {
+        **PROFILE,
+        "source": STRING,
+        "extractor": {
+            "type": "object",
+            "description": "Who extracted: name, version (and error, for a failed source).",
+            "required": ["name", "version"],
+            "properties": {"name": STRING, "version": STRING, "error": STRING},
+        },
+        "memories": {"type": "array", "items": MEMORY},
+    },
+    "memory.memory_superseded": {**PROFILE, "memory_id": STRING, "superseded_by": STRING},
+    "memory.memory_deleted": {
+        **PROFILE,
+        "memory_id": STRING,
+        "message_ids": {"type": "array", "items": STRING},
+    },
+    "memory.session_forgotten": {**PROFILE, "session_id": STRING},
+    "memory.profile_deleted": {**PROFILE},
 }
 
 

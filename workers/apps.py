@@ -13,18 +13,26 @@ applies whatever one fetch returned, does not have.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from faststream import FastStream
 from faststream.nats import NatsBroker, NatsCredentials, NatsToken, NatsUserPassword
 from faststream.security import BaseSecurity
 
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.ports import CopyLock
+from memstream.projections.ports import INDEXER_PROJECTIONS, CopyLock
 from memstream.projections.read_models import open_read_models
 from memstream.workers.event_log import EventLog
+from memstream.workers.extractor import ExtractorWorker
+from memstream.workers.indexer import LazyEncoder
 from memstream.workers.position import Demand
 from memstream.workers.projector import ProjectorWorker
-from memstream.workers.service import WORKERS, WorkerConfig
+from memstream.workers.service import (
+    WORKERS,
+    WorkerConfig,
+    offline_extractor,
+    worker_projections,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +64,7 @@ class ProjectorService:
         client = await self.broker.connect()  # returns the broker's existing connection
         log = EventLog(client, self.config.stream)
         await log.ensure_stream()
+        indexer = set(self.config.projections) <= set(INDEXER_PROJECTIONS)
         self.worker = ProjectorWorker.open(
             log,
             open_read_models(self.config),
@@ -64,6 +73,7 @@ class ProjectorService:
             batch_size=self.config.batch_size,
             demand=Demand(),
             linger=self.config.linger,
+            encoder=LazyEncoder(self.config.embedding_model) if indexer else None,
         )
         self._lock = None  # the worker owns it now
         self.worker.start()
@@ -88,6 +98,30 @@ class ProjectorService:
             self._lock.release()
             self._lock = None
         logger.info("projector: stopped")
+
+
+class ExtractorService:
+    """The extractor's life cycle inside a FastStream app (it writes to the log only: no
+    read-model lock)."""
+
+    def __init__(self, broker: NatsBroker, config: WorkerConfig) -> None:
+        self.broker = broker
+        self.config = config
+        self.worker: ExtractorWorker | None = None
+
+    async def start(self) -> None:
+        client = await self.broker.connect()
+        log = EventLog(client, self.config.stream)
+        await log.ensure_stream()
+        self.worker = ExtractorWorker(log, offline_extractor)
+        self.worker.start()
+        logger.info("extractor: stream %s, consumer %s", self.config.stream, self.worker.durable)
+
+    async def stop(self) -> None:
+        if self.worker is not None:
+            await self.worker.close()
+            self.worker = None
+        logger.info("extractor: stopped")
 
 
 def nats_security(
@@ -144,5 +178,10 @@ def create_app(
         reconnect_time_wait=1,
         security=security,
     )
-    service = ProjectorService(broker, config, lock)
+    service: ProjectorService | ExtractorService
+    if name == "extractor":
+        service = ExtractorService(broker, config)
+    else:
+        config = replace(config, projections=worker_projections(name, config.projections))
+        service = ProjectorService(broker, config, lock)
     return FastStream(broker, after_startup=[service.start], on_shutdown=[service.stop])

@@ -9,18 +9,16 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from memstream.domain.errors import InvalidInputError, UnavailableError
+from memstream.domain.errors import UnavailableError
+from memstream.workers.embedding_models import BUNDLED_MODEL, model_key
 
 logger = logging.getLogger(__name__)
 
-BUNDLED_MODEL = "all-MiniLM-L6-v2"
-SETTING = "MEMSTREAM_EMBEDDING_MODEL"
 QUERY_CACHE_SIZE = 1024
 MAX_TORCH_THREADS = 4  # MiniLM gains little past 4 intra-op threads; leave cores to the workers
 
@@ -97,18 +95,6 @@ def as_embed(embedder: Embedder) -> Callable[[Sequence[str]], list[list[float]]]
         return rows
 
     return embed
-
-
-def model_key(model: str | None) -> str:
-    if model is None or model == BUNDLED_MODEL:
-        return BUNDLED_MODEL
-    path = Path(model).expanduser()
-    if not path.is_dir():
-        raise InvalidInputError(
-            f"{SETTING} is {model!r}: no such model directory "
-            f"(use {BUNDLED_MODEL!r} or the path of a local sentence-transformers model)"
-        )
-    return str(path.resolve())
 
 
 def _load(key: str) -> Embedder:

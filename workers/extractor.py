@@ -35,7 +35,7 @@ from memstream.domain.extraction.model import (
 )
 from memstream.domain.memory_input import iso, parse_time
 from memstream.domain.memory_profile import MemoryProfile, content_id
-from memstream.workers.aggregate_store import AggregateStore
+from memstream.workers.aggregate_store import AggregateStore, CommandResult
 from memstream.workers.codec import CommandMeta, decode_event
 from memstream.workers.event_log import EventLog
 from memstream.workers.subjects import parse_subject
@@ -90,13 +90,14 @@ class ExtractorWorker:
     def __init__(
         self,
         log: EventLog,
-        extractor: Extractor,
+        extractor: Callable[[], Extractor],
         *,
         embed: Callable[[], Embed | None] | None = None,
         durable: str = EXTRACTOR_CONSUMER,
     ) -> None:
         self.log = log
-        self.extractor = extractor
+        self._make_extractor = extractor  # called at the first extraction
+        self._extractor: Extractor | None = None
         self._embed = embed or (lambda: None)
         self.durable = durable
         self.profiles: dict[str, AggregateStore[MemoryProfile]] = {}
@@ -106,6 +107,16 @@ class ExtractorWorker:
         self._parts: dict[str, list[dict[str, Any]]] = {}
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+
+    @property
+    def extractor(self) -> Extractor:
+        if self._extractor is None:
+            self._extractor = self._make_extractor()
+        return self._extractor
+
+    @property
+    def closing(self) -> bool:
+        return self._closed
 
     def start(self) -> None:
         self._task = asyncio.create_task(self.run(), name=f"memstream-{self.durable}")
@@ -147,7 +158,7 @@ class ExtractorWorker:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                if self._closed:
+                if self.closing:
                     return
                 logger.exception("extractor: consuming failed; retrying in 1 s")
                 await asyncio.sleep(1.0)
@@ -267,7 +278,7 @@ class ExtractorWorker:
         self._attempts.pop(source, None)
         store = self._store(subject)
         namespace = parse_subject(subject).namespace
-        result = await store.execute(
+        result: CommandResult[None] = await store.execute(
             subject,
             profile,
             lambda aggregate: aggregate.record_extraction(source, extractor, memories),

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memstream.workers.embeddings import BUNDLED_MODEL, Embedder, load_embedder, model_key
+from memstream.workers.embedding_models import BUNDLED_MODEL, model_key
+
+if TYPE_CHECKING:
+    from memstream.workers.embeddings import Embedder
 
 
 class LazyEncoder:
@@ -35,6 +38,8 @@ class LazyEncoder:
         """The loaded model (loading it now if need be: seconds, once per process)."""
         with self._lock:
             if self._embedder is None:
+                from memstream.workers.embeddings import load_embedder  # numpy, torch: lazily
+
                 self._embedder = load_embedder(self._model)
             return self._embedder
 

@@ -72,7 +72,7 @@ RENEW_RETRY = 5.0
 PROJECTOR_CONSUMER_PREFIX = "projector-"
 
 
-def projector_consumer(copy: str, projections: Sequence[str] = PROJECTIONS) -> str:
+def projector_consumer(copy: str, projections: Sequence[str] = PROJECTOR_PROJECTIONS) -> str:
     """The durable consumer name of a projector of ``projections`` in read-model copy ``copy``:
     ``projector-<copy>`` for the projector's default set, else
     ``projector-<copy>-<name>[-<name>...]``. Each projector has its own: projectors of other

@@ -11,6 +11,7 @@ from nats.js import api
 from memstream.domain.errors import ReadModelDamagedError, UnavailableError
 from memstream.projections.ports import (
     PROJECTIONS,
+    PROJECTOR_PROJECTIONS,
     Difference,
     ProjectorStats,
     ReadModelCopy,
@@ -116,12 +117,13 @@ async def rebuild(
     open, or by the rebuild itself) is moved aside and every projection rebuilt into a fresh
     one. Returns the sequence reached.
     """
-    selected = select_projections(names)
+    every = _every(encoder)
+    selected = select_projections(names, every)
     store = copy.store(selected, encoder=encoder)
     fresh = store.fresh
-    if fresh and len(selected) < len(PROJECTIONS):
+    if fresh and len(selected) < len(every):
         store.close()
-        store = copy.store(encoder=encoder)
+        store = copy.store(every, encoder=encoder)
     try:
         while True:
             try:
@@ -135,10 +137,10 @@ async def rebuild(
                     raise  # damage in a fresh copy is no old damage: do not loop
                 store.renew(error.reason)  # moves it aside and opens a fresh one
                 fresh = True
-                if len(store.projections) < len(PROJECTIONS):
+                if len(store.projections) < len(every):
                     store.close()
                     # Every projection is rebuilt into the fresh one.
-                    store = copy.store(encoder=encoder)
+                    store = copy.store(every, encoder=encoder)
     finally:
         store.close()
 
@@ -159,7 +161,7 @@ async def verify(
     With ``as_of``, only builds the scratch state at that sequence and reports its checksum
     (``live`` is the live checksum, comparable only when the live model is at that sequence).
     """
-    selected = select_projections(names)
+    selected = select_projections(names, _every(encoder))
     live = copy.store(selected, repair=False, encoder=encoder)
     try:
         target = as_of if as_of is not None else await log.stream_last_seq()
@@ -178,6 +180,11 @@ async def verify(
             scratch.close()
     finally:
         live.close()
+
+
+def _every(encoder: TextEncoder | None) -> tuple[str, ...]:
+    """What "every projection" is: without an embedding model, all but ``vectors``."""
+    return PROJECTIONS if encoder is not None else PROJECTOR_PROJECTIONS
 
 
 def _compare(

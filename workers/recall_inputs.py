@@ -8,13 +8,14 @@ import asyncio
 import threading
 from collections import OrderedDict
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memstream.domain.extraction import query_topic_keys, query_window
 from memstream.domain.extraction.model import TimeWindow
 from memstream.projections.ports import MemoryQueries
-from memstream.projections.vector_search import VectorIndex, stack
 from memstream.workers.indexer import LazyEncoder
+
+if TYPE_CHECKING:
+    from memstream.projections.vector_search import VectorIndex
 
 # Profiles whose vector matrices a process keeps (10,000 vectors of 384 floats: 15 MB).
 CACHED_INDEXES = 16
@@ -36,9 +37,13 @@ class QueryAnalysis:
         return await asyncio.to_thread(encoder.encode_query, text)
 
     def topic_keys(self, text: str) -> list[str]:
+        from memstream.domain.extraction import query_topic_keys  # its rules: when first used
+
         return list(query_topic_keys(text))
 
     def window(self, text: str, reference: datetime) -> TimeWindow | None:
+        from memstream.domain.extraction import query_window
+
         return query_window(text, reference)
 
 
@@ -69,6 +74,8 @@ class VectorCache:
         ids, blobs = queries.vectors(namespace, profile, kind, self.model_name)
         if not blobs:
             return None
+        from memstream.projections.vector_search import VectorIndex, stack  # numpy: lazily
+
         dimension = len(blobs[0]) // 4
         index = VectorIndex(ids, stack(blobs, dimension))
         with self._lock:

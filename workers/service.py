@@ -7,17 +7,22 @@ import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.ports import PROJECTOR_PROJECTIONS
+from memstream.projections.ports import INDEXER_PROJECTIONS, PROJECTOR_PROJECTIONS
 from memstream.projections.read_models import open_read_models
 from memstream.workers.event_log import EventLog, connect_nats
+from memstream.workers.extractor import ExtractorWorker
+from memstream.workers.indexer import LazyEncoder
 from memstream.workers.position import Demand
 from memstream.workers.projector import DEFAULT_LINGER, ProjectorWorker
 
 logger = logging.getLogger(__name__)
 
-WORKERS = ("projector",)
+# projector: every read model but vectors; indexer: the vectors (an embedding model);
+# extractor: memories from ingests (into the log; no read model).
+WORKERS = ("projector", "indexer", "extractor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,11 +36,24 @@ class WorkerConfig:
     linger: float = DEFAULT_LINGER  # see ProjectorWorker._linger; 0 commits every fetch at once
     database_url: str | None = None  # where the read models live instead of ``database``
     projections: tuple[str, ...] = PROJECTOR_PROJECTIONS  # the registry's names a projector runs
+    embedding_model: str | None = None  # the indexer's (None: the bundled all-MiniLM-L6-v2)
 
     @property
     def database_path(self) -> Path:
         """``database`` (:class:`~memstream.projections.ports.ReadModelSettings`)."""
         return self.database
+
+
+def worker_projections(name: str, projections: tuple[str, ...]) -> tuple[str, ...]:
+    """The projections worker ``name`` runs: the indexer's are fixed, a projector's chosen."""
+    return INDEXER_PROJECTIONS if name == "indexer" else projections
+
+
+def offline_extractor() -> Any:
+    """The default extractor (its rules are compiled when the first extraction needs them)."""
+    from memstream.domain.extraction.offline import OfflineExtractor
+
+    return OfflineExtractor()
 
 
 async def run_worker(name: str, config: WorkerConfig, stop: asyncio.Event) -> None:
@@ -50,14 +68,19 @@ async def run_worker(name: str, config: WorkerConfig, stop: asyncio.Event) -> No
     try:
         log = EventLog(client, config.stream)
         await log.ensure_stream()
-        worker = ProjectorWorker.open(
-            log,
-            open_read_models(config),
-            config.projections,
-            batch_size=config.batch_size,
-            demand=Demand(),
-            linger=config.linger,
-        )
+        worker: ProjectorWorker | ExtractorWorker
+        if name == "extractor":
+            worker = ExtractorWorker(log, offline_extractor)
+        else:
+            worker = ProjectorWorker.open(
+                log,
+                open_read_models(config),
+                worker_projections(name, config.projections),
+                batch_size=config.batch_size,
+                demand=Demand(),
+                linger=config.linger,
+                encoder=LazyEncoder(config.embedding_model) if name == "indexer" else None,
+            )
         worker.start()
         try:
             await stop.wait()

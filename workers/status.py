@@ -9,7 +9,7 @@ from typing import Any
 import nats.errors
 
 from memstream.domain.errors import InvalidInputError, NotFoundError, UnavailableError
-from memstream.projections.ports import PROJECTIONS, ReadModels
+from memstream.projections.ports import INDEXER_PROJECTIONS, PROJECTIONS, ReadModels
 from memstream.workers.event_log import EventLog
 
 
@@ -184,13 +184,25 @@ async def forget_copy(log: EventLog, copy: str, *, local: str | None = None) -> 
     return names
 
 
-def projection_statuses(read_models: ReadModels, last_seq: int) -> list[ProjectionStatus]:
-    """Tracked sequence and lag (``last_seq`` minus tracked) of every projection."""
+def projection_statuses(
+    read_models: ReadModels, last_seq: int, profiles_last_seq: int | None = None
+) -> list[ProjectionStatus]:
+    """Tracked sequence and lag (``last_seq`` minus tracked) of every projection; the indexer's
+    sees Agent Memory events only, so its lag counts from ``profiles_last_seq`` (the last of
+    them; ``last_seq`` when not given)."""
     statuses = []
     for projection in PROJECTIONS:
         seq = read_models.tracked_seq(projection)
-        statuses.append(ProjectionStatus(projection, seq, max(0, last_seq - seq)))
+        last = last_seq
+        if projection in INDEXER_PROJECTIONS and profiles_last_seq is not None:
+            last = profiles_last_seq
+        statuses.append(ProjectionStatus(projection, seq, max(0, last - seq)))
     return statuses
+
+
+async def profiles_last_seq(log: EventLog) -> int:
+    """The stream sequence of the last Agent Memory event (0: none)."""
+    return await log.last_seq(f"{log.subject_prefix}.*.profile.*")
 
 
 async def platform_status(
@@ -210,7 +222,7 @@ async def platform_status(
         consumers=consumers,
         copies=copy_statuses(consumers, stream.last_seq, local),
         copy_id=local,
-        projections=projection_statuses(read_models, stream.last_seq),
+        projections=projection_statuses(read_models, stream.last_seq, await profiles_last_seq(log)),
         dead_letter_count=len(letters),
         dead_letters=letters[-dead_letter_limit:] if dead_letter_limit > 0 else [],
     )

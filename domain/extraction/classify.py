@@ -18,6 +18,7 @@ Scores = dict[MemoryType, float]
 CONFIDENT_MARGIN: Final = 0.35
 PROTOTYPE_WEIGHT: Final = 0.5
 FACT_PRIOR: Final = 0.8
+SCORE_FLOOR: Final = 0.4
 # Imperatives between people in a conversation are rarely instructions to the agent.
 NAMED_SPEAKER_INSTRUCTION_FACTOR: Final = 0.4
 # Whether a text names a time does not depend on the anchor.
@@ -48,7 +49,7 @@ _CUES: Final[dict[MemoryType, tuple[tuple[re.Pattern[str], float], ...]]] = {
                 r"(?:you|your|responses|answers|replies|the (?:answers|responses|replies))\b",
                 _I,
             ),
-            2.0,
+            3.0,
         ),
         (re.compile(r"\b(?:you should|you must|make sure (?:you|to))\b", _I), 1.2),
         (re.compile(r"\b(?:respond|answer|reply|write|speak|talk)(?: to me)? in\b", _I), 1.5),
@@ -92,7 +93,8 @@ _CUES: Final[dict[MemoryType, tuple[tuple[re.Pattern[str], float], ...]]] = {
             re.compile(
                 r"\b(?:party|wedding|concert|trip|vacation|holiday|festival|meeting|"
                 r"conference|race|game|show|event|ceremony|graduation|appointment|"
-                r"interview|camping|hike|workshop|seminar|parade|competition|recital)s?\b",
+                r"interview|camping|hike|workshop|seminar|parade|competition|recital|flight|"
+                r"reunion|tournament|match|concert|gig|exam|surgery)s?\b",
                 _I,
             ),
             0.5,
@@ -123,6 +125,18 @@ _CUES: Final[dict[MemoryType, tuple[tuple[re.Pattern[str], float], ...]]] = {
         (re.compile(r"\b(?:is|are) (?:a|an|my|the)\b", _I), 0.4),
     ),
 }
+# A past-tense verb right after its subject ("I went", "we finally visited", "Caroline ran");
+# a bare "-ed" word is as often an adjective ("talented", "excited").
+_ACTION: Final = re.compile(
+    r"\b(?:(?i:i|we|he|she|they|you)|[A-Z][a-z]+)\s+(?:(?:just|finally|also|really|recently|"
+    r"actually|even|never|once|already)\s+)?([a-z]+)\b"
+)
+
+
+def _action_verbs(text: str) -> list[str]:
+    return [m.group(1) for m in _ACTION.finditer(text)]
+
+
 _WEAK_PAST: Final = frozenset({"was", "were", "had", "been", "felt", "thought", "said", "seemed"})
 
 
@@ -135,17 +149,17 @@ def rule_scores(text: str, named_speaker: bool = False) -> Scores:
             where imperatives are rarely directed at the agent.
     """
     stripped = text.strip().lstrip("\"'“(").strip()
-    raw: Scores = dict.fromkeys(MEMORY_TYPES, 0.0)
-    raw["fact"] = FACT_PRIOR
+    # Every type starts from a floor, so a text with no cues at all is not "confident".
+    raw: Scores = dict.fromkeys(MEMORY_TYPES, SCORE_FLOOR)
+    raw["fact"] += FACT_PRIOR
     for memory_type, cues in _CUES.items():
         for pattern, weight in cues:
             if pattern.search(stripped):
                 raw[memory_type] += weight
     words = tokens(stripped)
-    past = [w for w in words if is_past_tense(w)]
-    if any(w not in _WEAK_PAST for w in past):
-        raw["event"] += 1.2
-    elif past:
+    if any(is_past_tense(w) and w not in _WEAK_PAST for w in _action_verbs(stripped)):
+        raw["event"] += 1.6
+    elif any(is_past_tense(w) for w in words):
         raw["event"] += 0.4
     if find_time_mentions(stripped, _ANY_ANCHOR):
         raw["event"] += 1.5
@@ -165,7 +179,7 @@ def type_scores(text: str, embed: Embed | None = None, named_speaker: bool = Fal
     """Per-type scores of ``text`` (summing to 1): rule scores, and when ``embed`` is given and
     the rules' lead is below :data:`CONFIDENT_MARGIN`, their mix with prototype scores."""
     rules = rule_scores(text, named_speaker)
-    if embed is None or _margin(rules) >= CONFIDENT_MARGIN:
+    if embed is None or margin(rules) >= CONFIDENT_MARGIN:
         return rules
     prototypes = prototype_scores(text, embed)
     return {
@@ -179,6 +193,7 @@ def best_type(scores: Scores) -> MemoryType:
     return max(MEMORY_TYPES, key=lambda t: (scores[t], -MEMORY_TYPES.index(t)))
 
 
-def _margin(scores: Scores) -> float:
+def margin(scores: Scores) -> float:
+    """How far the best type's score leads the runner-up's."""
     ordered = sorted(scores.values(), reverse=True)
     return ordered[0] - ordered[1]

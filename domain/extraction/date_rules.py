@@ -165,8 +165,9 @@ def _month(match: re.Match[str], today: date, tense: Tense) -> Resolved:
     if not _month_ok(match, "month"):
         return None
     month = MONTHS[match["month"].lower()]
-    which = (match["which"] or "").lower()
-    if not which and not match["prep"]:
+    groups = match.groupdict()
+    which = (groups.get("which") or "").lower()
+    if not which and not groups.get("prep") and not groups.get("of"):
         return None  # a bare "May" is too often a name or a verb
     year = today.year
     if which == "last":
@@ -285,6 +286,8 @@ RULES: Final[tuple[tuple[re.Pattern[str], _Resolver], ...]] = (
         ),
         _month,
     ),
+    # "the end of April", "the first week of May": the month after "of".
+    (re.compile(rf"(?<=\b(?P<of>of) )(?P<month>{_MONTH})\b(?!\s+\d)", _I), _month),
     (
         re.compile(
             r"(?:\b(?P<prep>in|since|during|from|by|until|around|before|after|of)\s+"

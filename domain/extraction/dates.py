@@ -52,7 +52,8 @@ def find_time_mentions(
             if resolved is None:
                 continue
             start, end, granularity = resolved
-            prep = (match.groupdict().get("prep") or "").lower()
+            groups = match.groupdict()
+            prep = (groups.get("prep") or groups.get("of") or "").lower()
             candidates.append(
                 TimeMention(
                     start=_midnight(start),
@@ -96,6 +97,8 @@ def render_date(start: datetime, granularity: Granularity, preposition: bool = T
 def render_mention(mention: TimeMention) -> str:
     """The replacement text for a mention: keeps "by"/"since"-like prepositions ("by 12 May
     2023"), otherwise uses the granularity's own ("on 7 May 2023")."""
+    if mention.preposition == "of":  # "the end of April": the "of" stays outside the span
+        return render_date(mention.start, mention.granularity, False)
     if mention.preposition in {"", "on", "in", "at", "during", "over"}:
         return render_date(mention.start, mention.granularity)
     return f"{mention.preposition} {render_date(mention.start, mention.granularity, False)}"

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from memstream.domain.extraction.classify import classify
+from memstream.domain.extraction.classify import best_type, classify, margin, type_scores
 from memstream.domain.extraction.dates import find_time_mentions, render_mention
 from memstream.domain.extraction.model import (
+    MEMORY_TYPES,
     Embed,
     ExtractedMemory,
     ExtractorInfo,
@@ -28,12 +29,21 @@ MAX_CONTENT_CHARS: Final = 4_000
 # An answer this short (in words) to the previous turn's question keeps the question as context.
 SHORT_ANSWER_WORDS: Final = 15
 MIN_CONTENT_WORDS: Final = 2
+# A sentence of a clearly different type (by this score lead) starts a memory of its own.
+SPLIT_MARGIN: Final = 0.4
+
+_ANSWER_START: Final = re.compile(
+    r"^(?:yes|yeah|yep|yup|no|nope|nah|sure|definitely|absolutely|totally|of course|not yet|"
+    r"it was|i did|i do|i have)\b",
+    re.IGNORECASE,
+)
 
 _FILLER_MESSAGE: Final = re.compile(
     r"^(?:hi|hey|hello|hiya|yo|thanks|thank you|thx|ty|ok|okay|k|sure|great|cool|nice|lol|haha|"
     r"bye|goodbye|good night|good morning|got it|sounds good|awesome|wow|np|no problem|"
     r"you're welcome|welcome|cheers|alright|all right|yes|yeah|yep|no|nope|right|indeed|"
-    r"perfect|noted|agreed|same|me too|great thanks|ok thanks|okay thanks)"
+    r"perfect|noted|agreed|same|me too|great thanks|ok thanks|okay thanks|that's all|"
+    r"that's it|nothing else|all good|not really|no thanks|nope that's all|no that's all)"
     r"(?:[\s,]+(?:so much|a lot|again|there|everyone|all|man|dude))*[\s!.,?:;)(]*$",
     re.IGNORECASE,
 )
@@ -45,7 +55,11 @@ _FILLER_SENTENCE: Final = re.compile(
     r"(?:i'm|i am) (?:so )?(?:glad|happy) (?:to hear|for you)|sounds (?:great|good|fun|awesome|"
     r"amazing|lovely|like)|no problem|you're welcome|me too|same here|good to (?:see|hear)|"
     r"nice to (?:see|hear|meet)|how (?:are|have) you|what about you|you too|keep it up|"
-    r"good for you|i see\b|i agree\b|totally agree|exactly\b)",
+    r"good for you|i see\b|i agree\b|totally agree|exactly\b|no worries|long time no|"
+    r"(?:it|that|this|your \w+(?: \w+)?) (?:really )?means? (?:so much|a lot)[\w\s,]{0,12}[.!]*$|"
+    r"you got this|"
+    r"you can do it|i'm here for you|i (?:really )?appreciate (?:it|that|you|your)|"
+    r"(?:so )?sorry (?:to hear|about)|(?:i )?hope (?:you|it|that|things|everything))",
     re.IGNORECASE,
 )
 _QUESTION: Final = re.compile(r"\?[\"'”’)]*$")
@@ -108,18 +122,30 @@ class OfflineExtractor:
         sentences = split_sentences(body)
         informative = [s for s in sentences if _informative(s)]
         question = _asked(previous, message)
-        words = len(body.split())
-        if not informative and question is not None and words <= SHORT_ANSWER_WORDS:
+        answers = question is not None and (
+            len(body.split()) <= SHORT_ANSWER_WORDS or bool(_ANSWER_START.match(body.strip()))
+        )
+        if not informative and answers:
             informative = [s for s in sentences if not _QUESTION.search(s)]
         if not informative:
             return []
-        context = question if question is not None and words <= SHORT_ANSWER_WORDS else None
+        context = question if answers else None
         content = message.content if context is None else f"{context.content}\n{message.content}"
         ids = (message.id,) if context is None else (context.id, message.id)
-        question_text = "" if context is None else split_speaker(context.content)[1]
+        question_text = "" if context is None else _question_sentence(context)
+        short = len(body.split()) <= SHORT_ANSWER_WORDS
         runs: list[tuple[MemoryType, list[str]]] = []
-        for sentence in informative:
-            memory_type = classify(sentence, embed, speaker.named)
+        per_sentence = [type_scores(s, embed, speaker.named) for s in informative]
+        # The message's type: its sentences' scores, each weighted by how clear it is.
+        overall = best_type(
+            {t: sum(margin(sc) * sc[t] for sc in per_sentence) for t in MEMORY_TYPES}
+        )
+        for sentence, scores in zip(informative, per_sentence, strict=True):
+            # A sentence leaves the message's type only when its own type is clear, and joins
+            # an instruction or a task only when it is one itself.
+            memory_type = best_type(scores)
+            if margin(scores) < SPLIT_MARGIN and overall in {"fact", "event"}:
+                memory_type = overall
             if runs and runs[-1][0] == memory_type:
                 runs[-1][1].append(sentence)
             else:
@@ -129,7 +155,7 @@ class OfflineExtractor:
             if message.role == "system" and memory_type != "instruction":
                 continue
             memory = self._memory(
-                memory_type, run, content, ids, speaker, message.timestamp, question_text
+                memory_type, run, content, ids, speaker, message.timestamp, question_text, short
             )
             if all(m.summary != memory.summary for m in memories):
                 memories.append(memory)
@@ -144,13 +170,15 @@ class OfflineExtractor:
         speaker: _Speaker,
         anchor: datetime,
         question: str,
+        short_answer: bool = True,
     ) -> ExtractedMemory:
         text = " ".join(sentences)
         key = topic_key(text, memory_type, speaker.key)
         mentions = find_time_mentions(text, anchor)
         event_time = mentions[0].start if mentions and memory_type != "instruction" else None
         when = render_mention(mentions[0]) if mentions else None
-        summary = _summary(memory_type, sentences, speaker.name, anchor, question)
+        asked = question if short_answer else ""
+        summary = _summary(memory_type, sentences, speaker.name, anchor, asked)
         words = keywords(f"{speaker.name if speaker.named else ''} {text} {question}")
         return ExtractedMemory(
             type=memory_type,
@@ -192,6 +220,13 @@ def _informative(sentence: str) -> bool:
     return len(content_words(text)) >= MIN_CONTENT_WORDS or bool(re.search(r"\d", text))
 
 
+def _question_sentence(message: SourceMessage) -> str:
+    """The last question a message asks (its whole text if none ends with "?")."""
+    body = split_speaker(message.content)[1]
+    questions = [s for s in split_sentences(body) if _QUESTION.search(s)]
+    return questions[-1] if questions else body
+
+
 def _asked(previous: SourceMessage | None, message: SourceMessage) -> SourceMessage | None:
     """The previous message, if it asked a question of someone else."""
     if previous is None or previous.role == "system":
@@ -200,4 +235,8 @@ def _asked(previous: SourceMessage | None, message: SourceMessage) -> SourceMess
         previous.role == message.role
     ):
         return None
-    return previous if "?" in previous.content else None
+    if "?" not in previous.content:
+        return None
+    # "Anything else?" asks nothing a short answer could inform.
+    informative = len(content_words(_question_sentence(previous))) >= MIN_CONTENT_WORDS
+    return previous if informative else None

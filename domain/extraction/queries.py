@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Final
 
+from memstream.domain.extraction.dates import find_time_mentions
 from memstream.domain.extraction.model import MemoryType
 from memstream.domain.extraction.vocabulary import STOPWORDS, is_past_tense, verb_lemma
 
@@ -34,15 +36,28 @@ _AGENT_QUESTIONS: Final = {
 }
 _FIRST_PERSON_VERB: Final = re.compile(
     r"\b(?:I|we)\s+(?:(?:really|also|just|finally|recently|actually|even)\s+)*"
-    r"(?P<aux>will|'ll|am going to|'m going to|'m gonna|am gonna|was|had)?\s*"
+    r"(?P<aux>will|'ll|am going to|'m going to|'m gonna|am gonna)?\s*"
     r"(?P<verb>[a-z]+)\s+(?P<rest>[^.!?;,]*)",
     re.IGNORECASE,
 )
 _CUT_AT: Final = re.compile(
-    r"\b(?:and|but|because|so|which|when|while|yesterday|today|tomorrow|last|next|this|ago|"
-    r"on|in \d|since)\b",
-    re.IGNORECASE,
+    r"\b(?:and|but|because|so|which|when|while|since|though)\b", re.IGNORECASE
 )
+_ANY_ANCHOR: Final = datetime(2000, 1, 1, tzinfo=UTC)
+# Verbs that make no question on their own ("When did X feel?").
+_WEAK_VERBS_WORDS: Final = (
+    "felt feel thought think was had got did said know knew bet guess hope wish mean love "
+    "like see saw agree"
+)
+_WEAK_VERBS: Final = frozenset(_WEAK_VERBS_WORDS.split())
+# Words that make poor topics for "What did X say about ...?".
+_GENERIC_WORDS: Final = (
+    "feel felt make made look looks bring keep hear sorry super good great nice plus glad "
+    "happy amazing awesome cool thing lot bit time day life stuff true hard able love hope "
+    "wish mean means sure real big new old kind fun image photo worries bet guess wow "
+    "incredible tough special exciting"
+)
+_GENERIC: Final = frozenset(_GENERIC_WORDS.split())
 
 
 def search_queries(
@@ -94,7 +109,7 @@ def search_queries(
         queries.append(f"What does {subject} need to do?")
         if when is not None:
             queries.append(f"What is due {when}?")
-    topical = [k for k in keywords if k.lower() != subject.lower()][:3]
+    topical = _topical(keywords, subject)
     if topical:
         queries.append(f"What did {subject} say about {topical[0]}?")
     if len(topical) >= 2:
@@ -108,6 +123,18 @@ def search_queries(
     return tuple(distinct[:MAX_QUERIES])
 
 
+def _topical(keywords: list[str], subject: str) -> list[str]:
+    """Up to three keywords that make good topics: not the subject, not generic, not verbs
+    in the past tense or adverbs (when enough others remain)."""
+    candidates = [k for k in keywords if k.lower() != subject.lower()]
+    good = [
+        k
+        for k in candidates
+        if k not in _GENERIC and not is_past_tense(k) and not k.endswith("ly") and len(k) > 3
+    ]
+    return (good or candidates)[:3]
+
+
 def _words(snake: str) -> str:
     return snake.replace("_", " ") or "this"
 
@@ -118,12 +145,18 @@ def _action_phrase(text: str) -> tuple[str, str] | None:
         return None
     verb = match["verb"].lower()
     aux = (match["aux"] or "").lower()
+    if verb in {"was", "were", "am", "is", "are", "be"}:
+        return None
     if verb in STOPWORDS and verb not in {"went", "made", "got", "had", "did", "took", "said"}:
         return None
-    if aux and "going" not in aux and "gonna" not in aux and aux not in {"will", "'ll"}:
-        return None
     tense = "future" if aux else "past" if is_past_tense(verb) else "present"
-    rest = _CUT_AT.split(match["rest"], maxsplit=1)[0].split()[:_PHRASE_WORDS]
+    rest_text = match["rest"]
+    mentions = find_time_mentions(rest_text, _ANY_ANCHOR)
+    if mentions:
+        rest_text = rest_text[: mentions[0].span[0]]
+    rest = _CUT_AT.split(rest_text, maxsplit=1)[0].split()[:_PHRASE_WORDS]
+    if not rest and verb in _WEAK_VERBS:
+        return None
     rest = [_object_pronoun(w) for w in rest]
     phrase = " ".join([verb_lemma(verb), *rest])
     return tense, phrase.strip()

@@ -14,7 +14,8 @@ _ABBREVIATIONS: Final = frozenset(_ABBREVIATIONS_WORDS.split())
 # A sentence ends at . ! ? (possibly repeated, possibly closed by quotes/brackets) or at an
 # emoji followed by space and a capital; the candidates are checked in `_is_boundary`.
 _CANDIDATE: Final = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s+|$)")
-_URL: Final = re.compile(r"(?:https?://|www\.)\S+", re.IGNORECASE)
+# A URL, without the punctuation that may end the sentence after it.
+_URL: Final = re.compile(r"(?:https?://|www\.)\S+?(?=[.,!?;:)\]\"']*(?:\s|$))", re.IGNORECASE)
 _EMOJI_BREAK: Final = re.compile(
     r"[\U0001F300-\U0001FAFF\u2600-\u27BF]+(?=\s+[A-Z\"“])", re.UNICODE
 )

@@ -23,6 +23,7 @@ _ADVERBS: Final = (
     r"totally|absolutely|even|recently|only|truly|mostly|already|currently|now|personally|"
     r"generally|rarely|seriously|honestly|kinda|sort of|kind of"
 )
+_VOCATIVE: Final = re.compile(r"^([A-Z][a-z]+),\s+(?=\S)")
 _FIRST_PERSON: Final = re.compile(
     rf"\b(?P<contracted>I['’](?:m|ve|d|ll))\b|\bI am\b|\bI\b(?P<adverbs>(?:\s+(?:{_ADVERBS}))*)"
     r"(?:\s+(?P<verb>[a-z]+(?:n['’]t)?)\b)?|\b(?P<my>[Mm]y|[Mm]ine)\b|\b(?P<me>[Mm]e)\b|"
@@ -47,7 +48,8 @@ _KEEP_WORDS: Final = (
 _KEEP: Final = frozenset(_KEEP_WORDS.split())
 _INTERJECTION: Final = re.compile(
     r"^(?:(?:oh|ah|aw|aww|wow|yeah|yes|yep|well|so|haha|hah|lol|hey|hi|ok|okay|omg|totally|"
-    r"absolutely|definitely|honestly|anyway|anyways|um|uh|hmm|ooh|gosh)\b[\s,!.…-]*)+",
+    r"absolutely|definitely|honestly|anyway|anyways|um|uh|hmm|ooh|gosh|btw|by the way|phew|"
+    r"woah|whoa|woohoo|yay|hey there|yo)\b[\s,!.…-]*)+",
     re.IGNORECASE,
 )
 
@@ -109,14 +111,30 @@ def summarise(sentences: list[str], name: str, anchor: datetime, prefix: str = "
     parts = []
     for sentence in sentences:
         cleaned = _INTERJECTION.sub("", sentence).strip() or sentence.strip()
-        cleaned = cleaned[0].upper() + cleaned[1:]
-        parts.append(third_person(resolve_dates(cleaned, anchor), name))
+        cleaned = _strip_vocative(cleaned, name)
+        if not cleaned:
+            continue
+        rewritten = third_person(resolve_dates(cleaned, anchor), name)
+        parts.append(rewritten[0].upper() + rewritten[1:])
     text = " ".join(parts)
+    if not text:
+        return prefix.strip()
     if prefix:
         text = f"{prefix}{_lower_first(text)}"
     elif not re.search(rf"\b{re.escape(name)}\b", text):
         text = f"{name} said that {_lower_first(text)}"
     return clip(text, MAX_SUMMARY_CHARS)
+
+
+def _strip_vocative(sentence: str, speaker: str) -> str:
+    """Drops a leading form of address ("Gina, I had to ..." → "I had to ...")."""
+    match = _VOCATIVE.match(sentence)
+    if match is None or match[1] == speaker or match[1].lower() in STOPWORDS:
+        return sentence
+    if match[1].endswith("ly"):
+        return sentence  # "Unfortunately, ..."
+    rest = sentence[match.end() :]
+    return rest[0].upper() + rest[1:] if rest else sentence
 
 
 def clip(text: str, limit: int) -> str:

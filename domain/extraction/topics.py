@@ -143,7 +143,7 @@ _PREDICATES: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
 )
 FAVORITE: Final = re.compile(
     r"\bsubj's (?:\w+ )?favorite ((?:\w+ ){0,2}?\w+) (?:be|of all)\b|"
-    r"\bbe subj's (?:\w+ )?favorite (\w+(?: \w+)?)\b|\bsubj's favorite (\w+)\b"
+    r"\bbe subj's (?:\w+ )?favorite (\w+(?: \w+){0,2})\b|\bsubj's favorite (\w+(?: \w+){0,2})\b"
 )
 _OCCUPATION: Final = re.compile(r"\bsubj be (?:now |currently |still )?(?:a|an) (?:\w+ )?(\w+)\b")
 _ATTRIBUTE: Final = re.compile(r"\bsubj's ((?:\w+ ){0,2}?\w+) be\b")
@@ -151,7 +151,14 @@ _LIKES: Final = re.compile(
     r"\bsubj (?:really |also |absolutely |just |still )?(like|likes|love|loves|enjoy|enjoys|"
     r"adore|adores|hate|hates|dislike|dislikes|prefer|prefers) (.+)"
 )
-_HAS: Final = re.compile(r"\bsubj (?:have|has|own|owns|have got) (?:a |an |\d+ |\w+ )?(\w+)")
+_HAS: Final = re.compile(
+    r"\bsubj (?:have|has|own|owns|have got) (?!be\b|to\b|\w+ed\b)(?:a |an |\d+ |\w+ )?(\w+)"
+)
+_KNOWN_PREDICATES_WORDS: Final = (
+    "name lives_in hometown works_at occupation age birthday relationship_status diet"
+)
+_KNOWN_PREDICATES: Final = frozenset(_KNOWN_PREDICATES_WORDS.split())
+_KNOWN_PREFIXES: Final = ("favorite_", "likes_", "dislikes_", "prefers_")
 _LIKE_PREDICATE: Final = {
     "like": "likes",
     "love": "likes",
@@ -224,10 +231,14 @@ def topic_key(text: str, memory_type: MemoryType, subject: str = USER) -> str:
     own = subject_slug(subject)
     third = _third_person_subject(text)
     first_person = bool(re.search(r"\b(?:i|i'm|i've|i'd|i'll|my|me)\b", text, _I))
-    if third is not None and not first_person:
-        owner, form = subject_slug(third), canonical(text, (third,))
-    else:
-        owner, form = own, canonical(text)
+    if third is not None and not first_person and memory_type != "instruction":
+        # Keyed under the named person only for a predicate the rules know ("Caroline is a
+        # counselor"); a capitalised first word is too often not a person ("Change is good").
+        predicate = _predicate(canonical(text, (third,)))
+        if predicate in _KNOWN_PREDICATES or predicate.startswith(_KNOWN_PREFIXES):
+            return f"{subject_slug(third)}:{predicate}"
+    form = canonical(text)
+    owner = own
     if _NAME.search(form):
         return f"{owner}:name"
     if memory_type == "instruction":
@@ -286,7 +297,7 @@ def _verb_object(form: str) -> str | None:
     if "subj" not in words:
         return None
     rest = words[words.index("subj") + 1 :]
-    while rest and (rest[0] in _SKIP_VERBS or rest[0] in STOPWORDS):
+    while rest and (rest[0] in _SKIP_VERBS or rest[0] in STOPWORDS or rest[0].startswith("subj")):
         rest = rest[1:]
     if not rest:
         return None

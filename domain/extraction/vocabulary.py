@@ -29,6 +29,10 @@ you've your yours yourself yourselves hey hi hello thanks thank wow cool awesome
 lol haha hmm anyway actually definitely absolutely especially probably right sounds sound
 """
 STOPWORDS: Final = frozenset(_STOPWORD_TEXT.split())
+# Relative time words say nothing once dates are resolved; they are not keywords.
+_TIME_WORDS: Final = frozenset(
+    ["last", "next", "yesterday", "today", "tomorrow", "tonight", "ago", "lately", "recently"]
+)
 
 # British → American spellings of common words, so paraphrases share keys.
 _SPELLING: Final = {
@@ -201,7 +205,7 @@ def verb_lemma(word: str) -> str:
         return _IRREGULAR_VERBS[word]
     if word.endswith("ied") and len(word) > 4:
         return word[:-3] + "y"
-    if word.endswith("ed") and len(word) > 4:
+    if word.endswith("ed") and len(word) > 3 and is_past_tense(word):
         stem = word[:-2]
         if len(stem) > 2 and stem[-1] == stem[-2] and stem[-1] not in "lsz":
             return stem[:-1]  # stopped → stop
@@ -229,7 +233,9 @@ def verb_lemma(word: str) -> str:
 def is_past_tense(word: str) -> bool:
     """Whether a lower-case word looks like a past-tense verb ("visited", "went")."""
     return word in PAST_IRREGULAR or (
-        word.endswith("ed") and len(word) > 4 and word not in {"need", "seed", "feed", "bed"}
+        word.endswith("ed")
+        and len(word) > 3
+        and word not in {"need", "seed", "feed", "bred", "shed", "sled", "breed", "speed", "greed"}
     )
 
 
@@ -251,6 +257,8 @@ def keywords(text: str, limit: int = MAX_KEYWORDS) -> list[str]:
     """
     seen: dict[str, None] = {}
     for word in content_words(text):
+        if word in _TIME_WORDS:
+            continue
         seen.setdefault(word, None)
         if len(seen) >= limit:
             break

@@ -20,7 +20,7 @@ from memstream.projections.context_writes import project_context_event
 from memstream.projections.memory_writes import project_memory_event
 from memstream.projections.ports import (
     MAX_ATTEMPTS,
-    PROJECTIONS,
+    PROJECTOR_PROJECTIONS,
     LogRecord,
     ProjectorStats,
     ReadModelRewound,
@@ -223,7 +223,7 @@ _PROJECTION_TYPES: dict[str, Any] = {
 
 
 def default_projections(
-    names: Sequence[str] = PROJECTIONS, encoder: TextEncoder | None = None
+    names: Sequence[str] = PROJECTOR_PROJECTIONS, encoder: TextEncoder | None = None
 ) -> list[Projection]:
     """The SQLite projections named (``vectors`` embeds with ``encoder``).
 

@@ -22,6 +22,7 @@ from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
 from memstream.projections.ports import (
     PROJECTIONS,
+    PROJECTOR_PROJECTIONS,
     Difference,
     LogRecord,
     OnDamage,
@@ -293,7 +294,7 @@ class SqliteCopy:
 
     def store(
         self,
-        projections: Sequence[str] = PROJECTIONS,
+        projections: Sequence[str] = PROJECTOR_PROJECTIONS,
         *,
         long_lived: bool = False,
         repair: bool = True,
@@ -312,7 +313,10 @@ class SqliteCopy:
         )
 
     def scratch(
-        self, projections: Sequence[str] = PROJECTIONS, *, encoder: TextEncoder | None = None
+        self,
+        projections: Sequence[str] = PROJECTOR_PROJECTIONS,
+        *,
+        encoder: TextEncoder | None = None,
     ) -> SqliteReadModelStore:
         directory = tempfile.TemporaryDirectory(prefix="memstream-verify-")
         try:

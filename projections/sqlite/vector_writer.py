@@ -7,7 +7,6 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from memstream.projections.vector_search import pack
 from memstream.projections.vector_writes import DropVectors, EmbedTexts
 
 
@@ -15,6 +14,8 @@ def store_vectors(
     connection: sqlite3.Connection, write: EmbedTexts, model: str, vectors: Sequence[Any]
 ) -> None:
     """Store the vectors of ``write``'s items (in their order), replacing older ones."""
+    from memstream.projections.vector_search import pack  # numpy: only where vectors are made
+
     connection.executemany(
         "INSERT INTO memory_vectors (namespace, profile, kind, item_id, session_id, model, "
         "vector, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "

@@ -19,7 +19,7 @@ from support.messages import ids, msg
 from memstream.domain.errors import InvalidInputError, ReadModelDamagedError
 from memstream.projections.ports import (
     MAX_ATTEMPTS,
-    PROJECTIONS,
+    PROJECTOR_PROJECTIONS,
     VERSIONS,
     ProjectorStats,
     ReadModelCopy,
@@ -96,8 +96,8 @@ class ReadModelStoreContract:
     # -- batches and positions -------------------------------------------------------------
 
     def test_a_new_store_is_at_zero_for_every_projection(self, store: ReadModelStore) -> None:
-        assert list(store.projections) == list(PROJECTIONS)
-        assert store.positions() == dict.fromkeys(PROJECTIONS, 0)
+        assert list(store.projections) == list(PROJECTOR_PROJECTIONS)
+        assert store.positions() == dict.fromkeys(PROJECTOR_PROJECTIONS, 0)
         assert not store.fresh
 
     def test_a_batch_is_applied_with_its_positions_in_one_commit(
@@ -107,10 +107,12 @@ class ReadModelStoreContract:
         entries = _conversation(log)
         stats = ProjectorStats()
         assert store.apply(entries, stats) == 3
-        assert store.positions() == dict.fromkeys(PROJECTIONS, 3)
+        assert store.positions() == dict.fromkeys(PROJECTOR_PROJECTIONS, 3)
         assert (stats.batches, stats.applied, stats.skipped) == (1, 3, 0)
         assert ids(reader.sessions.history(NS, "s")) == ["m1", "m2", "m3"]
-        assert [reader.tracked_seq(p) for p in PROJECTIONS] == [3] * len(PROJECTIONS)
+        assert [reader.tracked_seq(p) for p in PROJECTOR_PROJECTIONS] == [3] * len(
+            PROJECTOR_PROJECTIONS
+        )
 
     def test_every_event_type_is_applied(self, store: ReadModelStore, reader: ReadModels) -> None:
         log = RecordedLog()
@@ -131,10 +133,10 @@ class ReadModelStoreContract:
         entries = _conversation(log, count=6)
         stats = ProjectorStats()
         assert store.apply(entries[:4], stats) == 4
-        committed = {p: store.checksum(p) for p in PROJECTIONS}
+        committed = {p: store.checksum(p) for p in PROJECTOR_PROJECTIONS}
         # a redelivery of the same batch is skipped whole
         assert store.apply(entries[:4], stats) == 4
-        assert {p: store.checksum(p) for p in PROJECTIONS} == committed
+        assert {p: store.checksum(p) for p in PROJECTOR_PROJECTIONS} == committed
         assert (stats.applied, stats.skipped) == (4, 4)
         # a batch overlapping what is committed applies only what is new
         assert store.apply(entries[2:], stats) == 6
@@ -143,7 +145,7 @@ class ReadModelStoreContract:
         once = copy.scratch()
         try:
             assert once.apply(entries, ProjectorStats()) == 6
-            for projection in PROJECTIONS:
+            for projection in PROJECTOR_PROJECTIONS:
                 assert store.checksum(projection) == once.checksum(projection)
                 assert store.first_difference(once, projection) is None
         finally:
@@ -156,7 +158,7 @@ class ReadModelStoreContract:
         stats = ProjectorStats()
         with pytest.raises(RuntimeError):
             store.apply(batch, stats)
-        assert store.positions() == dict.fromkeys(PROJECTIONS, 0)
+        assert store.positions() == dict.fromkeys(PROJECTOR_PROJECTIONS, 0)
         assert reader.sessions.history(NS, "s") == []
         assert stats.batches == 0
         assert stats.attempts == {3: 1}
@@ -170,15 +172,15 @@ class ReadModelStoreContract:
             with pytest.raises(RuntimeError):
                 store.apply(batch, stats)
         assert store.apply(batch, stats) == 4
-        assert store.positions() == dict.fromkeys(PROJECTIONS, 4)
+        assert store.positions() == dict.fromkeys(PROJECTOR_PROJECTIONS, 4)
         assert ids(reader.sessions.history(NS, "s", "m4")) == ["m4"]  # its parent was m3
         letters = store.dead_letters()
         assert [(d["projection"], d["seq"]) for d in letters] == [
-            (name, 3) for name in sorted(PROJECTIONS)
+            (name, 3) for name in sorted(PROJECTOR_PROJECTIONS)
         ]
         assert {d["topic"] for d in letters} == {"session.message_appended"}
         assert reader.dead_letters() == letters
-        assert stats.dead_lettered == len(PROJECTIONS)
+        assert stats.dead_lettered == len(PROJECTOR_PROJECTIONS)
 
     def test_an_undecodable_record_is_a_dead_letter_at_once(
         self, store: ReadModelStore, reader: ReadModels
@@ -190,8 +192,8 @@ class ReadModelStoreContract:
         assert store.apply([entries[0], broken, entries[2]], stats) == 3
         assert reader.sessions.message(NS, "s", "m2") is None
         assert reader.sessions.message(NS, "s", "m3") == msg("m3")
-        assert [d["seq"] for d in store.dead_letters()] == [2] * len(PROJECTIONS)
-        assert (stats.applied, stats.dead_lettered) == (2, len(PROJECTIONS))
+        assert [d["seq"] for d in store.dead_letters()] == [2] * len(PROJECTOR_PROJECTIONS)
+        assert (stats.applied, stats.dead_lettered) == (2, len(PROJECTOR_PROJECTIONS))
 
     def test_closing_the_steps_of_a_batch_rolls_it_back(
         self, store: ReadModelStore, reader: ReadModels
@@ -202,7 +204,7 @@ class ReadModelStoreContract:
         next(steps)
         next(steps)
         steps.close()
-        assert store.positions() == dict.fromkeys(PROJECTIONS, 0)
+        assert store.positions() == dict.fromkeys(PROJECTOR_PROJECTIONS, 0)
         assert reader.sessions.history(NS, "s") == []
         assert store.apply(entries, ProjectorStats()) == 3  # and the store is usable again
 
@@ -217,7 +219,7 @@ class ReadModelStoreContract:
         emptied = store.checksum("sessions")
         with pytest.raises(ReadModelRewound):
             store.apply(entries[3:], stats, committed=3)
-        assert store.positions() == {"sessions": 0, "context": 3, "registry": 3}
+        assert store.positions() == {"sessions": 0, "context": 3, "registry": 3, "memory": 3}
         assert store.checksum("sessions") == emptied
         assert store.apply(entries, stats) == 5
 
@@ -244,7 +246,7 @@ class ReadModelStoreContract:
         old = store.copy_id()
         assert store.renewable
         store.renew("damaged, says the test")
-        assert store.positions() == dict.fromkeys(PROJECTIONS, 0)
+        assert store.positions() == dict.fromkeys(PROJECTOR_PROJECTIONS, 0)
         assert store.copy_id() != old
         assert reader.replaced()
         assert store.apply(log.entries, ProjectorStats()) == 3
@@ -289,7 +291,7 @@ class ReadModelStoreContract:
         reader = copy.reader(on_damage=_raise)
         try:
             # Then the sessions projection is empty and starts again from the log, alone
-            assert store.positions() == {"sessions": 0, "context": 4, "registry": 4}
+            assert store.positions() == {"sessions": 0, "context": 4, "registry": 4, "memory": 4}
             assert reader.sessions.history(NS, "s") == []
             assert store.checksum("context") == context
             assert store.apply(entries, ProjectorStats()) == 4
@@ -300,14 +302,14 @@ class ReadModelStoreContract:
         # And the next projector of that version carries on where it is
         store = copy.store(long_lived=True)
         try:
-            assert store.positions() == {"sessions": 4, "context": 4, "registry": 4}
+            assert store.positions() == {"sessions": 4, "context": 4, "registry": 4, "memory": 4}
         finally:
             store.close()
         # And a store that is no projector's (a reader's, a rebuild's) never empties one
         monkeypatch.setitem(VERSIONS, "sessions", 3)
         store = copy.store()
         try:
-            assert store.positions() == {"sessions": 4, "context": 4, "registry": 4}
+            assert store.positions() == {"sessions": 4, "context": 4, "registry": 4, "memory": 4}
         finally:
             store.close()
 

@@ -95,7 +95,7 @@ async def test_eight_independent_writers_on_one_session_lose_no_update(settings:
             assert own == [f"w{i}-{n}" for n in range(PER_WRITER)]
         # And the read model equals a rebuild from the log
         results = await verify(projector.log, SqliteCopy(settings.data_dir / "memstream.db"))
-        assert [r.projection for r in results] == ["sessions", "context", "registry"]
+        assert [r.projection for r in results] == ["sessions", "context", "registry", "memory"]
         assert all(r.ok for r in results), results
 
         publishes = sum(log.publishes for log in logs)

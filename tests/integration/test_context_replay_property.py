@@ -200,7 +200,7 @@ async def _check(ms: Memstream, models: dict[str, ReferenceContext], database: P
             assert await fresh.freeze_system_prompt() == model.prompt
     # And the live read models equal a replay of the log into a scratch database
     results = await verify(ms.log, SqliteCopy(database))
-    assert [r.projection for r in results] == ["sessions", "context", "registry"]
+    assert [r.projection for r in results] == ["sessions", "context", "registry", "memory"]
     assert all(r.ok for r in results), results
 
 

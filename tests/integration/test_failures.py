@@ -134,6 +134,7 @@ async def test_projector_killed_mid_projection_resumes_without_loss_or_duplicate
             ("sessions", last),
             ("context", last),
             ("registry", last),
+            ("memory", last),
         ]
         assert results[0].live == results[0].rebuilt == live_checksum
         print(f"\nkill landed at tracked seq {seq_at_kill}/{at_kill} of {last}")
@@ -216,7 +217,7 @@ async def test_nats_restart_during_write_loop_loses_no_acknowledged_write(
         assert [m["id"] for m in history] == acknowledged
         # And the read model still equals a rebuild from the log
         results = await verify(ms.log, SqliteCopy(settings.data_dir / "memstream.db"))
-        assert [r.projection for r in results] == ["sessions", "context", "registry"]
+        assert [r.projection for r in results] == ["sessions", "context", "registry", "memory"]
         assert all(r.ok for r in results), results
     finally:
         if not writer.done():
@@ -267,19 +268,20 @@ async def test_poison_events_are_dead_lettered_and_the_projector_keeps_going(
     letters = dead_letters(ms.read_models.connection)
     assert [(d["projection"], d["seq"], d["subject"], d["attempts"]) for d in letters] == [
         ("context", garbage.seq, "ms.default.session.x", 1),
+        ("memory", garbage.seq, "ms.default.session.x", 1),
         ("registry", garbage.seq, "ms.default.session.x", 1),
         ("sessions", garbage.seq, "ms.default.session.x", 1),
         ("sessions", unappliable.seq, "ms.default.session.y", 5),
     ]
-    assert letters[3]["topic"] == "session.message_appended"  # its type in the event contract
+    assert letters[4]["topic"] == "session.message_appended"  # its type in the event contract
     assert ms.projector is not None
-    assert ms.projector.stats.dead_lettered == 4
+    assert ms.projector.stats.dead_lettered == 5
     # And the session the garbage landed on is still writable (its aggregate passes over it)
     await ms.session("x").append_message(_message(4))
     assert [m["id"] for m in await ms.session("x").get_history()] == ["m00004"]
     # And a rebuild from the log gets past the same poison events to the same read model
     results = await verify(ms.log, SqliteCopy(settings.data_dir / "memstream.db"))
-    assert [r.projection for r in results] == ["sessions", "context", "registry"]
+    assert [r.projection for r in results] == ["sessions", "context", "registry", "memory"]
     assert all(r.ok for r in results), results
     assert {r.seq for r in results} == {await ms.log.stream_last_seq()}
 
@@ -302,7 +304,7 @@ async def test_verify_finds_a_read_model_changed_behind_the_projectors_back(
         tamper.close()
     # Then verify reports the sessions read model as different from its rebuild, says where,
     # and the context read model, untouched, still verifies
-    sessions, context, _registry = await verify(ms.log, SqliteCopy(database))
+    sessions, context, _registry, _memory = await verify(ms.log, SqliteCopy(database))
     assert (sessions.projection, sessions.ok, context.ok) == ("sessions", False, True)
     assert sessions.live != sessions.rebuilt
     assert sessions.difference is not None

@@ -280,7 +280,7 @@ async def test_projector_resuming_over_a_committed_unacknowledged_batch_applies_
             assert worker.stats.applied == 3
             assert [m["id"] for m in await session.get_history()] == [f"m{i}" for i in range(8)]
             results = await verify(writer.log, SqliteCopy(database))
-            assert [r.projection for r in results] == ["sessions", "context", "registry"]
+            assert [r.projection for r in results] == ["sessions", "context", "registry", "memory"]
             assert all(r.ok for r in results), results
         finally:
             await worker.stop()

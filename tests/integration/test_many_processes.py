@@ -194,7 +194,7 @@ def test_projectors_of_different_projections_run_apart_and_a_stopped_one_delays_
     env = external_env(tmp_path / "data", nats_server)
     # Given a projector of the sessions projection and one of the context and registry
     # projections, in two processes on one data dir
-    sets = {"sessions": "sessions", "context": "context,registry"}
+    sets = {"sessions": "sessions", "context": "context,registry,memory"}
     logs = {name: tmp_path / f"{name}.log" for name in sets}
     workers = {name: start_worker(env, logs[name], "--projections", sets[name]) for name in sets}
     try:
@@ -213,7 +213,7 @@ def test_projectors_of_different_projections_run_apart_and_a_stopped_one_delays_
         copy = status["copy_id"]
         [local] = [c for c in status["copies"] if c["local"]]
         assert local["consumers"] == [
-            f"projector-{copy}-context-registry",
+            f"projector-{copy}-context-registry-memory",
             f"projector-{copy}-sessions",
         ]
         # When the context projector is stopped (between its transactions: it is caught up)
@@ -231,7 +231,13 @@ def test_projectors_of_different_projections_run_apart_and_a_stopped_one_delays_
             # While the context projection lags behind (it is not held up by, nor holds up,
             # the other)
             lags = {p["name"]: p["lag"] for p in json_of(env, "status")["projections"]}
-            assert lags == {"sessions": 0, "context": 40, "registry": 40}
+            assert lags == {
+                "sessions": 0,
+                "context": 40,
+                "registry": 40,
+                "memory": 40,
+                "vectors": 0,
+            }
         finally:
             workers["context"].send_signal(signal.SIGCONT)
         # And once it runs again it catches up, and both verify equal to the log
@@ -240,7 +246,7 @@ def test_projectors_of_different_projections_run_apart_and_a_stopped_one_delays_
             assert time.monotonic() < deadline
             time.sleep(0.05)
         verified = json_of(env, "projections", "verify")
-        assert [v["projection"] for v in verified] == ["sessions", "context", "registry"]
+        assert [v["projection"] for v in verified] == ["sessions", "context", "registry", "memory"]
         assert all(v["ok"] for v in verified), verified
     finally:
         for worker in workers.values():

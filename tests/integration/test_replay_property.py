@@ -210,7 +210,7 @@ async def _check(ms: Memstream, models: dict[str, ReferenceSession], database: P
         assert [c["id"] for c in await session.get_compactions()] == [o[0] for o in model.overlays]
     # And the live read model equals the read model replayed from the log into a scratch DB
     results = await verify(ms.log, SqliteCopy(database))
-    assert [r.projection for r in results] == ["sessions", "context", "registry"]
+    assert [r.projection for r in results] == ["sessions", "context", "registry", "memory"]
     assert all(r.ok for r in results), results
 
 

@@ -226,7 +226,7 @@ async def test_delete_removes_the_session_and_the_log_replays(
     assert "likes tea" not in await manager.get_session(sid).freeze_system_prompt()
     await manager.delete(sid)  # idempotent
     results = await verify(ms.log, SqliteCopy(Path(settings.data_dir) / "memstream.db"))
-    assert [r.projection for r in results] == ["sessions", "context", "registry"]
+    assert [r.projection for r in results] == ["sessions", "context", "registry", "memory"]
     assert all(r.ok for r in results), results
 
 

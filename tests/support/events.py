@@ -4,11 +4,14 @@ log records a read-model store applies, encoded as the log holds them."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from support.messages import msg
 
 from memstream.domain.context import ContextDocument, SearchIndex, document_id
+from memstream.domain.memory_input import check_ingest
+from memstream.domain.memory_profile import MemoryProfile
 from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
 from memstream.workers.codec import CommandMeta, encode_event
@@ -56,6 +59,43 @@ def every_event() -> list[Any]:
         for event in decide():
             event.mutate(record)
             events.append(event)
+    profile = MemoryProfile.empty("default", "alice")
+    sid, messages = check_ingest(
+        [{"role": "user", "content": "I live in Lisbon", "timestamp": "2026-05-01T10:00:00Z"}],
+        "s1",
+        datetime(2026, 5, 1, tzinfo=UTC),
+    )
+
+    def memory(memory_id: str, summary: str) -> dict[str, Any]:
+        return {
+            "id": memory_id,
+            "type": "fact",
+            "topic_key": "user:lives_in",
+            "summary": summary,
+            "content": summary,
+            "keywords": ["lisbon"],
+            "queries": ["Where does the user live?"],
+            "source_message_ids": [messages[0].id],
+            "event_time": None,
+            "session_id": "s1",
+        }
+
+    extractor = {"name": "offline", "version": "1"}
+    for decide in (
+        profile.create,
+        lambda: profile.ingest(sid, messages),
+        lambda: profile.record_extraction(
+            next(iter(profile.pending)), extractor, [memory("m1", "User lives in Lisbon")]
+        ),
+        lambda: profile.remember("m2", "I live in Porto now", "s1"),
+        lambda: profile.record_extraction("m2", extractor, [memory("m2", "User lives in Porto")]),
+        lambda: profile.delete_memory("m2"),
+        lambda: profile.forget_session("s1"),
+        profile.delete,
+    ):
+        for event in decide():
+            event.mutate(profile)
+            events.append(event)
     return events
 
 
@@ -67,6 +107,8 @@ def subject_of(event: Any, namespace: str = "default") -> str:
         return subject_for("ms", namespace, "registry", event.session_id)
     if isinstance(event, SearchIndex.Event):
         return subject_for("ms", namespace, "search", event.key)
+    if isinstance(event, MemoryProfile.Event):
+        return subject_for("ms", namespace, "profile", event.profile)
     return subject_for("ms", namespace, "session", event.session_id)
 
 
