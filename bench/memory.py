@@ -31,7 +31,8 @@ from bench.harness import Row, bulk_settings, median, ms, percentile
 from bench.locomo_data import Conversation, load
 from bench.memory_payloads import messages, questions
 from memstream.agent_memory import Profile
-from memstream.workers.embeddings import BUNDLED_MODEL, Embedder, load_embedder
+from memstream.workers.embedding_models import BUNDLED_MODEL
+from memstream.workers.embeddings import Embedder, load_embedder
 
 NAME = "memory"
 TITLE = "Agent Memory: ingest throughput, recall latency at 10,000 memories, peak RSS"

@@ -15,7 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 from memstream.domain.errors import UnavailableError
-from memstream.workers.embedding_models import BUNDLED_MODEL, model_key
+from memstream.workers.embedding_models import BUNDLED_MODEL as BUNDLED_MODEL
+from memstream.workers.embedding_models import model_key
 
 logger = logging.getLogger(__name__)
 
