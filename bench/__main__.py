@@ -43,6 +43,8 @@ BENCHMARKS = (
     "overlays",
     "manager_list",
     "manager_search",
+    "locomo",
+    "memory",
 )
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -51,7 +53,7 @@ class Benchmark(Protocol):
     NAME: str
     TITLE: str
 
-    async def run(self) -> Row: ...
+    async def run(self) -> Row | list[Row]: ...
 
 
 def load(name: str) -> Benchmark:
@@ -87,17 +89,22 @@ def machine() -> dict[str, str]:
     }
 
 
-async def run_one(name: str) -> Row:
+async def run_one(name: str) -> list[Row]:
     benchmark = load(name)
     print(f"== {name}: {benchmark.TITLE}", flush=True)
     start = time.perf_counter()
     try:
-        row = await benchmark.run()
+        result = await benchmark.run()
+        rows = result if isinstance(result, list) else [result]
     except Exception as error:
         traceback.print_exc()
-        row = Row(benchmark.TITLE, "error", "", "", "", False, f"{type(error).__name__}: {error}")
-    print(row.show(), f"[{time.perf_counter() - start:.0f} s]", flush=True)
-    return row
+        rows = [
+            Row(benchmark.TITLE, "error", "", "", "", False, f"{type(error).__name__}: {error}")
+        ]
+    for row in rows:
+        print(row.show(), flush=True)
+    print(f"[{time.perf_counter() - start:.0f} s]", flush=True)
+    return rows
 
 
 def render(rows: list[Row], info: dict[str, str], seconds: float) -> str:
@@ -127,7 +134,7 @@ def render(rows: list[Row], info: dict[str, str], seconds: float) -> str:
 async def main(names: list[str], write: bool) -> int:
     info = machine()
     start = time.perf_counter()
-    rows = [await run_one(name) for name in names]
+    rows = [row for name in names for row in await run_one(name)]
     seconds = time.perf_counter() - start
     print(f"\n{sum(r.passed for r in rows)}/{len(rows)} targets met in {seconds:.0f} s")
     if write:

@@ -80,6 +80,12 @@ async def bench_env(name: str) -> AsyncIterator[BenchEnv]:
             await asyncio.to_thread(server.stop)
 
 
+def bulk_settings() -> Settings:
+    """Settings from the environment with the read timeout of a bulk load: an ingest of 500
+    messages waits for their embeddings far longer than a request waits for a read."""
+    return Settings.from_env().with_(read_timeout=600.0)
+
+
 async def raw_stream(client: Client, name: str = RAW_STREAM) -> JetStreamContext:
     """A plain file-backed stream for raw nats-py baselines (no memstream in the way)."""
     js = client.jetstream(timeout=ACK_TIMEOUT)

@@ -15,7 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 from memstream.domain.errors import UnavailableError
-from memstream.workers.embedding_models import BUNDLED_MODEL, model_key
+from memstream.workers.embedding_models import BUNDLED_MODEL as BUNDLED_MODEL
+from memstream.workers.embedding_models import model_key
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +104,10 @@ def _load(key: str) -> Embedder:
     # No progress bars of their own on our stderr (a CLI command draws its own).
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    # OpenMP threads that spin while waiting collapse when another process (nats-server, the
+    # event loop) holds a core: one query took 450 ms instead of 30 on a busy 2-core box.
+    # Read when torch loads its OpenMP runtime, so only effective if torch is not loaded yet.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     start = time.perf_counter()
     try:
         import torch

@@ -12,7 +12,8 @@ from memstream.projections.vector_search import VectorIndex, pack, stack, unpack
 
 def _unit_rows(rng: np.random.Generator, n: int, d: int) -> npt.NDArray[np.float32]:
     matrix = rng.standard_normal((n, d)).astype(np.float32)
-    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    unit: npt.NDArray[np.float32] = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    return unit
 
 
 def _brute_force(
