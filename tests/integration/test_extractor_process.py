@@ -4,6 +4,7 @@ recorded; the command id derives from the source)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -68,7 +69,7 @@ async def test_a_killed_extractor_process_resumes_without_loss_or_duplicates(
         while len(await extracted_sources(ms.log, subject)) < 3:
             assert first.poll() is None, (tmp_path / "first.log").read_text()
             assert time.monotonic() < deadline
-            time.sleep(0.02)
+            await asyncio.sleep(0.02)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         at_kill = len(await extracted_sources(ms.log, subject))
@@ -78,8 +79,8 @@ async def test_a_killed_extractor_process_resumes_without_loss_or_duplicates(
             while len(set(await extracted_sources(ms.log, subject))) < SOURCES:
                 assert second.poll() is None, (tmp_path / "second.log").read_text()
                 assert time.monotonic() < deadline + 120
-                time.sleep(0.1)
-            time.sleep(1.0)  # anything the second would duplicate lands meanwhile
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(1.0)  # anything the second would duplicate lands meanwhile
             sources = await extracted_sources(ms.log, subject)
         finally:
             second.send_signal(signal.SIGTERM)
