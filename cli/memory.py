@@ -17,7 +17,11 @@ from memstream.domain.limits import BATCH_MAX_MESSAGES
 
 T = TypeVar("T")
 
-app = typer.Typer(no_args_is_help=True, help="Agent Memory: profiles, ingest, recall, memories.")
+app = typer.Typer(
+    no_args_is_help=True,
+    help="Agent Memory: profiles, ingest, recall, memories.\n\n"
+    'Example: memstream memory recall alice "Where does Alice live?"',
+)
 
 NamespaceOpt = Annotated[
     str, typer.Option("--namespace", "-n", help="The memory namespace.", show_default=True)
