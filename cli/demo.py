@@ -12,6 +12,7 @@ from memstream.workers.status import PlatformStatus, platform_status
 SESSION = "demo"
 QUERY = "pastel de nata"
 BRANCH_POINT = "demo-2"
+MEMORY_QUESTION = "What does the traveller eat?"
 # (id, parent id, role, text): demo-5 branches off demo-2, beside demo-3. Fixed ids make a rerun
 # on the same data dir a no-op (an existing id is ignored), so `make run` can be repeated.
 CONVERSATION: tuple[tuple[str, str | None, str, str], ...] = (
@@ -46,6 +47,8 @@ class DemoResult:
     hits: list[dict[str, Any]]
     tool_reply: str
     prompt: str
+    memory_question: str
+    recall: dict[str, Any]
     status: PlatformStatus
 
 
@@ -67,6 +70,14 @@ async def run_demo(ms: Memstream) -> DemoResult:
     prompt = await session.freeze_system_prompt()
     for projection in ("sessions", "context"):
         await ms.wait_for(projection)
+    # Agent Memory: the user's side of the conversation goes into a profile (an idempotent
+    # ingest), typed memories come out, and recall answers from them.
+    profile = await ms.agent_memory("default").get_profile("demo-traveller")
+    await profile.ingest(
+        [{"role": "user", "content": text} for _, _, role, text in CONVERSATION if role == "user"]
+        + [{"role": "user", "content": "I am vegetarian, so no seafood for me."}],
+        session_id=SESSION,
+    )
     return DemoResult(
         session_id=SESSION,
         branch_point=BRANCH_POINT,
@@ -76,5 +87,7 @@ async def run_demo(ms: Memstream) -> DemoResult:
         hits=await session.search(QUERY),
         tool_reply=tool_reply,
         prompt=prompt,
+        memory_question=MEMORY_QUESTION,
+        recall=await profile.recall(MEMORY_QUESTION),
         status=await platform_status(ms.log, ms.read_models),
     )

@@ -359,4 +359,11 @@ def show_demo(demo: DemoResult) -> None:
     console.print(Text("frozen system prompt:", style="bold"))
     console.print(Text(demo.prompt))
     console.print()
+    console.print(Text(f"agent memory: recall({demo.memory_question!r})", style="bold"))
+    console.print(Text(f"answer: {demo.recall['answer'] or '(nothing)'}"))
+    for candidate in demo.recall["candidates"][:3]:
+        console.print(
+            Text(f"  {candidate['score']:.3f}  {candidate['type']:<11} {candidate['summary']}")
+        )
+    console.print()
     show_status(demo.status)

@@ -94,6 +94,7 @@ class OfflineExtractor:
         """
         memories: list[ExtractedMemory] = []
         previous: SourceMessage | None = None
+        embed = None if embed is None else _batched(embed, messages)
         for message in messages:
             memories.extend(self._from_message(message, previous, embed))
             previous = message
@@ -190,6 +191,23 @@ class OfflineExtractor:
             source_message_ids=ids,
             event_time=event_time,
         )
+
+
+def _batched(embed: Embed, messages: Sequence[SourceMessage]) -> Embed:
+    """``embed`` with the sentences of ``messages`` embedded ahead in one call (a model call per
+    sentence costs several times a batched one); any other text is embedded when asked."""
+    sentences = list(
+        dict.fromkeys(s for m in messages for s in split_sentences(split_speaker(m.content)[1]))
+    )
+    known = dict(zip(sentences, embed(sentences), strict=True)) if sentences else {}
+
+    def ahead(texts: Sequence[str]) -> Sequence[Sequence[float]]:
+        missing = [t for t in texts if t not in known]
+        if missing:
+            known.update(zip(missing, embed(missing), strict=True))
+        return [known[t] for t in texts]
+
+    return ahead
 
 
 def _speaker(role: str, name: str | None) -> _Speaker:
