@@ -12,12 +12,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
-from memstream.domain.errors import ExtractionLagError, InvalidInputError, NotFoundError
+from memstream.domain.errors import (
+    ExtractionLagError,
+    InvalidInputError,
+    MemstreamError,
+    NotFoundError,
+)
 from memstream.domain.extraction.model import MEMORY_TYPES
 from memstream.domain.limits import check_namespace
 from memstream.domain.memory_input import (
@@ -35,11 +41,18 @@ from memstream.domain.memory_profile import MemoryProfile, content_id
 from memstream.projections.memory_search import query_terms
 from memstream.projections.memory_summary import summarize
 from memstream.projections.ports import MemoryQueries
-from memstream.projections.recall import RecallInputs, recall
+from memstream.projections.recall import (
+    ANSWER_CANDIDATES,
+    ANSWER_CHARS,
+    RecallInputs,
+    recall,
+)
 from memstream.projections.vector_writes import MEMORY, MESSAGE
 from memstream.workers.aggregate_store import CommandResult, Decide
 from memstream.workers.codec import CommandMeta
 from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
+
+logger = logging.getLogger(__name__)
 
 # How long ``ingest(wait=True)`` and ``remember`` wait for the extractor (and the indexer) at
 # most: extraction of 500 long messages with embeddings takes seconds on a small machine.
@@ -73,6 +86,9 @@ class MemoryClient(Protocol):
     ) -> None: ...
 
     def query_analysis(self) -> QueryAnalysis: ...
+
+    def answer_model(self) -> Callable[[str], Awaitable[str]] | None:
+        """The chat model that writes recall answers (``None``: extractive answers)."""
 
     def vector_cache(self) -> VectorCache: ...
 
@@ -258,7 +274,7 @@ class Profile:
             topic_keys=analysis.topic_keys(text),
             window=analysis.window(text, reference),
         )
-        return recall(
+        result = recall(
             self._queries,
             self.namespace,
             self.name,
@@ -266,6 +282,12 @@ class Profile:
             thinking_level=level,
             response_length=length,
         )
+        model = self._ms.answer_model()
+        if model is not None and result["candidates"]:
+            result["answer"] = await synthesized_answer(
+                model, text, result["candidates"], length, result["answer"]
+            )
+        return result
 
     async def list(
         self,
@@ -341,6 +363,43 @@ class Profile:
         await self._read()
         memories = self._queries.all_memories(self.namespace, self.name)
         return {"summary": summarize(memories, datetime.now(UTC), sid)}
+
+
+ANSWER_PROMPT: Final = """Answer the question from these memories only. Say nothing that they do not
+support; if they do not answer it, reply with an empty line. Be {length}: at most {chars}
+characters. Dates are as the memories give them.
+
+Memories (best first):
+{memories}
+
+Question: {question}
+Answer:"""
+
+
+async def synthesized_answer(
+    model: Callable[[str], Awaitable[str]],
+    question: str,
+    candidates: Sequence[dict[str, Any]],
+    response_length: str,
+    fallback: str,
+) -> str:
+    """The model's answer from the top candidates only, cut to the ``response_length`` budget;
+    the extractive ``fallback`` when the model fails (logged)."""
+    chars = ANSWER_CHARS[response_length]
+    listed = "\n".join(
+        f"- [{c['type']}{', ' + c['event_time'][:10] if c.get('event_time') else ''}] "
+        f"{c['summary']}"
+        for c in candidates[: ANSWER_CANDIDATES[response_length] * 2]
+    )
+    prompt = ANSWER_PROMPT.format(
+        length=response_length, chars=chars, memories=listed, question=question
+    )
+    try:
+        answer = (await model(prompt)).strip()
+    except MemstreamError as error:
+        logger.warning("recall: the answer model failed (%s); answering extractively", error)
+        return fallback
+    return answer[:chars]
 
 
 def _encode_cursor(rid: int) -> str:

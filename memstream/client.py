@@ -41,6 +41,7 @@ from memstream.projections.read_models import open_read_models
 from memstream.session import Session
 from memstream.session_manager import SessionManager
 from memstream.settings import Settings, default_actor
+from memstream.summarizers import OpenAICompatibleSummarizer
 from memstream.workers.aggregate_store import AggregateStore, CommandResult, Decide
 from memstream.workers.codec import CommandMeta
 from memstream.workers.data_dir import prepare_data_dir, private_database
@@ -91,6 +92,7 @@ class Memstream:
         self._analysis = QueryAnalysis(self.encoder)
         self._vector_cache = VectorCache(self.encoder.model_name)
         self._profiles: dict[str, AggregateStore[MemoryProfile]] = {}
+        self._answer_model: Any = None
         self.copy = copy
         self._read_from(self._open_reader(check=check))
         self.demand = Demand()
@@ -142,6 +144,19 @@ class Memstream:
 
     def vector_cache(self) -> VectorCache:
         return self._vector_cache
+
+    def answer_model(self) -> Any:
+        """The chat model of ``MEMSTREAM_LLM_URL``/``_MODEL`` that writes recall answers
+        (``None``: none configured, answers are extractive)."""
+        if self._answer_model is None and self.settings.llm_url and self.settings.llm_model:
+            self._answer_model = OpenAICompatibleSummarizer(
+                self.settings.llm_url,
+                self.settings.llm_model,
+                api_key=self.settings.llm_api_key,
+                timeout=30.0,
+                max_retries=1,
+            )
+        return self._answer_model
 
     def agent_memory(self, namespace: str = "default") -> AgentMemory:
         """Agent Memory of ``namespace`` (1–32 characters of ``[a-z0-9_-]``): its profiles."""

@@ -126,3 +126,38 @@ async def test_a_source_that_keeps_failing_is_recorded_with_no_memories(
         assert ms.extractor.failed == 1
     finally:
         await ms.close()
+
+
+async def test_with_a_model_recall_answers_from_the_candidates_only(
+    llm: Any, settings: Settings
+) -> None:
+    # Given a platform whose model extracts, then answers, then fails
+    server = await llm(
+        completion(json.dumps(GOOD)),
+        completion("The user moved to Berlin in early May 2023."),
+        Reply(status=400, body='{"error": {"message": "bad request"}}'),
+    )
+    configured = settings.with_(llm_url=server.url(), llm_model="test-model")
+    ms = await open_memstream(configured, workers=True)
+    try:
+        profile = await ms.agent_memory("default").get_profile("yan")
+        await profile.ingest(
+            [{"role": "user", "content": "I moved to Berlin last week.", "timestamp": WHEN}],
+            session_id="s1",
+        )
+        # When recall finds candidates, Then the model's answer is the answer
+        result = await profile.recall("Where did the user move?")
+        assert result["answer"] == "The user moved to Berlin in early May 2023."
+        # And the model saw the question and the candidates' summaries, nothing else
+        prompt = server.requests[1].json()["messages"][0]["content"]
+        assert "Question: Where did the user move?" in prompt
+        assert "- [fact, 2023-05-01] The user moved to Berlin in the week of 1 May 2023." in prompt
+        # When the model fails, Then the answer is the extractive one
+        again = await profile.recall("Where did the user move?")
+        assert again["answer"] == "The user moved to Berlin in the week of 1 May 2023."
+        # And with no candidates the model is not asked
+        asked = len(server.requests)
+        assert (await profile.recall("volcano astronomy"))["answer"] == ""
+        assert len(server.requests) == asked
+    finally:
+        await ms.close()
