@@ -82,7 +82,11 @@ class MemoryClient(Protocol):
     async def wait_for(self, projection: str, seq: int | None = None) -> None: ...
 
     async def wait_for_profile(
-        self, namespace: str, profile: str, seq: int | None = None
+        self,
+        namespace: str,
+        profile: str,
+        seq: int | None = None,
+        timeout: float | None = None,
     ) -> None: ...
 
     def query_analysis(self) -> QueryAnalysis: ...
@@ -207,7 +211,9 @@ class Profile:
             if where is None and self._queries.exists(self.namespace, self.name):
                 return  # forgotten meanwhile (delete_session, delete_profile)
             if where is not None and where[1] is not None:
-                await self._ms.wait_for_profile(self.namespace, self.name, where[1])
+                # Embedding 500 long messages and their memories takes more than a read.
+                remaining = max(1.0, deadline - loop.time())
+                await self._ms.wait_for_profile(self.namespace, self.name, where[1], remaining)
                 return
             if loop.time() > deadline:
                 raise ExtractionLagError(source, self.name, seq, EXTRACTION_TIMEOUT)

@@ -180,10 +180,17 @@ class Memstream:
         self.last_profile_seq = max(self.last_profile_seq, result.seq)
         return result
 
-    async def wait_for_profile(self, namespace: str, profile: str, seq: int | None = None) -> None:
+    async def wait_for_profile(
+        self,
+        namespace: str,
+        profile: str,
+        seq: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
         """Wait until the ``vectors`` projection has the profile's events up to ``seq`` (or
-        all of them: its subject's last one now). The indexer sees Agent Memory events only,
-        so its position is never the stream's end.
+        all of them: its subject's last one now), within ``timeout`` (default: the read
+        timeout). The indexer sees Agent Memory events only, so its position is never the
+        stream's end.
 
         Raises:
             ProjectionLagError: not reached within the read timeout.
@@ -192,7 +199,7 @@ class Memstream:
         if seq is None:
             subject = subject_for(self.log.subject_prefix, namespace, "profile", profile)
             seq = await self.log.last_seq(subject)
-        await self.positions["vectors"].wait_for(seq, self.settings.read_timeout)
+        await self.positions["vectors"].wait_for(seq, timeout or self.settings.read_timeout)
 
     def _idle_store(self) -> ReadModelStore | None:
         """The in-process projector's store while it is idle: reads may go through it (its

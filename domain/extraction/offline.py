@@ -8,7 +8,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from memstream.domain.extraction.classify import best_type, classify, margin, type_scores
+from memstream.domain.extraction.classify import (
+    CONFIDENT_MARGIN,
+    best_type,
+    classify,
+    margin,
+    rule_scores,
+    type_scores,
+)
 from memstream.domain.extraction.dates import find_time_mentions, render_mention
 from memstream.domain.extraction.model import (
     MEMORY_TYPES,
@@ -194,11 +201,16 @@ class OfflineExtractor:
 
 
 def _batched(embed: Embed, messages: Sequence[SourceMessage]) -> Embed:
-    """``embed`` with the sentences of ``messages`` embedded ahead in one call (a model call per
-    sentence costs several times a batched one); any other text is embedded when asked."""
-    sentences = list(
-        dict.fromkeys(s for m in messages for s in split_sentences(split_speaker(m.content)[1]))
-    )
+    """``embed`` with the sentences of ``messages`` that the rules are not sure of embedded ahead
+    in one call (a model call per sentence costs several times a batched one; a sentence the
+    rules are sure of is never embedded); any other text is embedded when asked."""
+    unsure: dict[str, None] = {}
+    for message in messages:
+        name, body = split_speaker(message.content)
+        for sentence in split_sentences(body):
+            if margin(rule_scores(sentence, name is not None)) < CONFIDENT_MARGIN:
+                unsure.setdefault(sentence, None)
+    sentences = list(unsure)
     known = dict(zip(sentences, embed(sentences), strict=True)) if sentences else {}
 
     def ahead(texts: Sequence[str]) -> Sequence[Sequence[float]]:
