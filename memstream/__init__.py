@@ -1,5 +1,6 @@
 """memstream: an event-sourced memory platform for AI agents (sessions and agent memory)."""
 
+from memstream.agent_memory import AgentMemory, Profile
 from memstream.client import Memstream, connect
 from memstream.compaction import CompactResult, create_compact_function
 from memstream.context.providers import DirectorySkillProvider, SearchBlock, StaticContext
@@ -7,6 +8,7 @@ from memstream.context.tools import Tool, ToolSet
 from memstream.domain.errors import (
     CompactionNotConfiguredError,
     ConcurrencyError,
+    ExtractionLagError,
     IncompatibleServerError,
     InvalidInputError,
     MemstreamError,
@@ -20,6 +22,7 @@ from memstream.domain.errors import (
 from memstream.domain.messages import COMPACTION_PREFIX, is_compaction_message
 from memstream.domain.system_prompt import ContextBlock
 from memstream.domain.tokens import estimate_message_tokens, estimate_string_tokens
+from memstream.llm_extractor import OpenAICompatibleExtractor
 from memstream.projections.recent_history import RecentHistory
 from memstream.session import Session
 from memstream.session_manager import SessionManager
@@ -32,11 +35,13 @@ from memstream.summarizers import (
 
 __all__ = [
     "COMPACTION_PREFIX",
+    "AgentMemory",
     "CompactResult",
     "CompactionNotConfiguredError",
     "ConcurrencyError",
     "ContextBlock",
     "DirectorySkillProvider",
+    "ExtractionLagError",
     "ExtractiveSummarizer",
     "IncompatibleServerError",
     "InvalidInputError",
@@ -44,7 +49,9 @@ __all__ = [
     "MemstreamError",
     "MessageNotFoundError",
     "NotFoundError",
+    "OpenAICompatibleExtractor",
     "OpenAICompatibleSummarizer",
+    "Profile",
     "ProjectionLagError",
     "ProjectorRunningError",
     "ReadModelDamagedError",
