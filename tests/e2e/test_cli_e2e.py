@@ -355,7 +355,7 @@ def test_verify_exits_1_and_shows_where_a_tampered_read_model_differs(
     assert "sessions: first difference in messages" in shown.stdout
     assert '"forged"' in shown.stdout
     found = json.loads(memstream(env, "projections", "verify", "--json", expect=1).stdout)
-    sessions, context, _registry = found
+    sessions, context, _registry, _memory = found
     assert (sessions["ok"], context["ok"], context["difference"]) == (False, True, None)
     assert sessions["difference"]["part"] == "messages"
     assert sessions["difference"]["live"][2:5] == ["a1", None, "forged"]
