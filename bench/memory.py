@@ -105,7 +105,7 @@ async def count_memories(profile: Profile) -> int:
     while True:
         page = await profile.list(limit=500, cursor=cursor)
         total += len(page["memories"])
-        cursor = page["cursor"]
+        cursor = page.get("cursor")
         if cursor is None:
             return total
 

@@ -232,7 +232,7 @@ def list_memories(
 
     def text(r: dict[str, Any]) -> str:
         lines = [_memory_line(m) for m in r["memories"]] or ["no memories"]
-        if r["cursor"]:
+        if r.get("cursor"):
             lines.append(f"next page: --cursor {r['cursor']}")
         return "\n".join(lines)
 

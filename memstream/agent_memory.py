@@ -304,7 +304,8 @@ class Profile:
         type: str | None = None,
     ) -> dict[str, Any]:
         """A page of memories, newest first, without ``content``: ``{"memories": [...],
-        "cursor": str | None}`` (pass ``cursor`` back for the next page; ``None``: last page).
+        "cursor": str}`` (pass ``cursor`` back for the next page; no ``cursor`` on the last
+        page).
 
         Raises:
             InvalidInputError: limit outside 1–500, an unknown type or a malformed cursor.
@@ -320,7 +321,10 @@ class Profile:
         rows, more = self._queries.page(
             self.namespace, self.name, size, after, session_id=sid, type=type
         )
-        return {"memories": rows, "cursor": None if more is None else _encode_cursor(more)}
+        page: dict[str, Any] = {"memories": rows}
+        if more is not None:  # absent on the last page (the reference's ``cursor?: string``)
+            page["cursor"] = _encode_cursor(more)
+        return page
 
     async def get(self, memory_id: str) -> dict[str, Any]:
         """The memory with ``content`` and ``source_message_ids``.
