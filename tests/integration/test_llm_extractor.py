@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from support.fake_llm import FakeLLM, Reply, completion
+from support.fake_llm import (
+    FakeLLM,
+    Reply,
+    completion,
+)
 
 from memstream.client import open_memstream
 from memstream.domain.extraction.model import SourceMessage
@@ -37,21 +40,6 @@ GOOD = {
         }
     ]
 }
-
-
-@pytest.fixture
-async def llm() -> AsyncIterator[Callable[..., Awaitable[FakeLLM]]]:
-    servers: list[FakeLLM] = []
-
-    async def serve(*script: Reply | str) -> FakeLLM:
-        server = FakeLLM(*script)
-        await server.start()
-        servers.append(server)
-        return server
-
-    yield serve
-    for server in servers:
-        await server.stop()
 
 
 def extractor(server: FakeLLM) -> OpenAICompatibleExtractor:

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from support.fake_llm import DROP, HANG, FakeLLM, Reply, completion
+from support.fake_llm import (
+    DROP,
+    HANG,
+    FakeLLM,
+    Reply,
+    completion,
+)
 
 import memstream
 from memstream.domain.compaction import build_summary_prompt, parse_summary_prompt
@@ -18,21 +23,6 @@ from memstream.settings import Settings
 from memstream.summarizers import summarizer_from_settings
 
 API_KEY = "sk-test-3f9a1c7e5b"
-
-
-@pytest.fixture
-async def llm() -> AsyncIterator[Callable[..., Awaitable[FakeLLM]]]:
-    servers: list[FakeLLM] = []
-
-    async def serve(*script: Reply | str) -> FakeLLM:
-        server = FakeLLM(*script)
-        await server.start()
-        servers.append(server)
-        return server
-
-    yield serve
-    for server in servers:
-        await server.stop()
 
 
 def fast(url: str, **options: Any) -> memstream.OpenAICompatibleSummarizer:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import pytest
 
 
 @dataclass
@@ -102,3 +105,19 @@ class FakeLLM:
         lines += [f"Content-Length: {len(payload)}", "Connection: close", "", ""]
         writer.write("\r\n".join(lines).encode() + payload)
         await writer.drain()
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[Callable[..., Awaitable[FakeLLM]]]:
+    """Start fake servers answering from a script; stopped after the test."""
+    servers: list[FakeLLM] = []
+
+    async def serve(*script: Reply | str) -> FakeLLM:
+        server = FakeLLM(*script)
+        await server.start()
+        servers.append(server)
+        return server
+
+    yield serve
+    for server in servers:
+        await server.stop()
