@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.damage import PAGE, overwrite_middle
 from support.processes import MEMSTREAM, clean_env, memstream, wait_for_text
 
 from memstream import ReadModelDamagedError, Session
@@ -25,7 +26,6 @@ from memstream.projections.sqlite.damage import file_identity
 from memstream.settings import Settings
 from memstream.workers.projector import projector_consumer
 
-PAGE = 4096
 SESSIONS = ("s0", "s1", "s2")
 PER_SESSION = 120
 
@@ -42,7 +42,7 @@ async def main(data_dir, sessions, per_session):
             for start in range(0, per_session, 40):
                 await session.append_messages([
                     {"id": f"m{n}", "role": "user",
-                     "parts": [{"type": "text", "text": f"message {n} of {session_id} " * 20}]}
+                     "parts": [{"type": "text", "text": f"message {n} of {session_id} " * 40}]}
                     for n in range(start, start + 40)
                 ])
             assert len(await session.get_history()) == per_session
@@ -55,16 +55,6 @@ asyncio.run(main(sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])))
 def session_counts(env: dict[str, str]) -> dict[str, int]:
     listed = json.loads(memstream(env, "sessions", "list", "--json").stdout)
     return {s["session_id"]: s["messages"] for s in listed}
-
-
-def overwrite_middle(path: Path) -> None:
-    """Garbage over the middle half of the file's pages (its size is unchanged): the pages of
-    the message rows and of their search index, which grow side by side."""
-    pages = path.stat().st_size // PAGE
-    assert pages > 64, pages
-    with path.open("r+b") as file:
-        file.seek(pages // 4 * PAGE)
-        file.write(bytes((i * 37 + 11) % 256 for i in range(pages // 2 * PAGE)))
 
 
 def corrupt_files(database: Path) -> list[Path]:
