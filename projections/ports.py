@@ -373,6 +373,8 @@ class MemoryQueries(Protocol):
 
     def vector_state(self, namespace: str, profile: str, kind: str) -> tuple[int, int]: ...
 
+    def vectors_position(self) -> int: ...
+
 
 class ReadModels(Protocol):
     """The read side of an open read-model copy. Queries hand damage to the ``on_damage`` they

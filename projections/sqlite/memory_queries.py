@@ -255,9 +255,12 @@ class SqliteMemoryQueries:
         if match is None:
             return []
         rows = self.connection.execute(
-            "SELECT m.id FROM memories_fts AS f JOIN memories AS m ON m.rid = f.rowid "
-            "WHERE memories_fts MATCH ? ORDER BY bm25(memories_fts, 2.0, 1.0, 1.5, 1.0, 0.0), "
-            "m.rid DESC LIMIT ?",
+            # Ranked in the index alone (its rowid is the memory's rid), then the best joined:
+            # a common term matches thousands of memories, and joining them all to rank them
+            # took longer than ranking.
+            "SELECT m.id FROM (SELECT rowid, bm25(memories_fts, 2.0, 1.0, 1.5, 1.0, 0.0) AS rank "
+            "FROM memories_fts WHERE memories_fts MATCH ? ORDER BY rank, rowid DESC LIMIT ?) "
+            "AS f JOIN memories AS m ON m.rid = f.rowid ORDER BY f.rank, f.rowid DESC",
             (match, limit),
         ).fetchall()
         return [r[0] for r in rows]
@@ -271,9 +274,10 @@ class SqliteMemoryQueries:
         if match is None:
             return []
         rows = self.connection.execute(
-            "SELECT r.id FROM memory_messages_fts AS f JOIN memory_messages AS r "
-            "ON r.rid = f.rowid WHERE memory_messages_fts MATCH ? "
-            "ORDER BY bm25(memory_messages_fts, 1.0, 0.0), r.rid DESC LIMIT ?",
+            "SELECT r.id FROM (SELECT rowid, bm25(memory_messages_fts, 1.0, 0.0) AS rank "
+            "FROM memory_messages_fts WHERE memory_messages_fts MATCH ? "
+            "ORDER BY rank, rowid DESC LIMIT ?) AS f JOIN memory_messages AS r "
+            "ON r.rid = f.rowid ORDER BY f.rank, f.rowid DESC",
             (match, limit),
         ).fetchall()
         return [r[0] for r in rows]
@@ -345,3 +349,11 @@ class SqliteMemoryQueries:
             (namespace, profile, kind),
         ).fetchone()
         return int(row[0]), int(row[1])
+
+    def vectors_position(self) -> int:
+        """The last stream sequence the ``vectors`` projection committed: every change of a
+        vector commits a new one, so vectors read at this position are still current."""
+        row = self.connection.execute(
+            "SELECT seq FROM tracking WHERE projection = 'vectors'"
+        ).fetchone()
+        return int(row[0]) if row else 0
