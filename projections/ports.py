@@ -57,7 +57,8 @@ REGISTRY: tuple[ProjectionSpec, ...] = (
     ProjectionSpec("registry", 1, "registered sessions: names, models, usage, last activity"),
     ProjectionSpec("memory", 1, "memory profiles, raw messages, memories, history, search"),
     # Run by the indexer (it embeds texts with a model: slow, so apart from the others).
-    ProjectionSpec("vectors", 1, "embeddings of memories and raw messages"),
+    # v2: a memory made from messages is embedded without their text (they have vectors).
+    ProjectionSpec("vectors", 2, "embeddings of memories and raw messages"),
 )
 # Their names, in that order (what a rebuild rebuilds unless told otherwise).
 PROJECTIONS: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)

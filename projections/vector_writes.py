@@ -47,10 +47,13 @@ VectorWrite = EmbedTexts | DropVectors
 
 
 def memory_text(memory: dict[str, Any]) -> str:
-    """What is embedded of a memory: its summary, the queries it answers, its content."""
+    """What is embedded of a memory: the queries it answers and its summary, then its content
+    unless it came from messages (their own vectors carry it, and recall maps them back to
+    the memory: embedding it twice cost more than the messages themselves)."""
     parts = [str(memory.get("summary") or "")]
     parts.extend(str(query) for query in memory.get("queries") or ())
-    parts.append(str(memory.get("content") or ""))
+    if not memory.get("source_message_ids"):
+        parts.append(str(memory.get("content") or ""))
     return "\n".join(part for part in parts if part)[:TEXT_MAX_CHARS]
 
 
