@@ -22,6 +22,8 @@ logger = logging.getLogger(__name__)
 
 QUERY_CACHE_SIZE = 1024
 MAX_TORCH_THREADS = 4  # MiniLM gains little past 4 intra-op threads; leave cores to the workers
+# Texts encoded per hold of the model (about 1-3 s of CPU here): see Embedder.encode.
+LOCK_CHUNK = 256
 
 Vectors = npt.NDArray[np.float32]
 
@@ -44,17 +46,28 @@ class Embedder:
         return f"Embedder(model_name={self.model_name!r}, dimension={self.dimension})"
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> Vectors:
-        """Embed ``texts`` into an ``(len(texts), dimension)`` float32 array of unit rows."""
+        """Embed ``texts`` into an ``(len(texts), dimension)`` float32 array of unit rows.
+
+        The model is held for :data:`LOCK_CHUNK` texts at a time, so that a long encode (an
+        indexer catching up on thousands of messages) lets others' short ones (an extractor's
+        sentences, a recall's query) in between instead of making them wait for all of it.
+        """
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        with self._lock:
-            vectors = self._model.encode(
-                list(texts),
-                batch_size=batch_size,
-                show_progress_bar=False,
-                convert_to_numpy=True,
-                normalize_embeddings=True,
-            )
+        items = list(texts)
+        parts = []
+        for start in range(0, len(items), LOCK_CHUNK):
+            with self._lock:
+                parts.append(
+                    self._model.encode(
+                        items[start : start + LOCK_CHUNK],
+                        batch_size=batch_size,
+                        show_progress_bar=False,
+                        convert_to_numpy=True,
+                        normalize_embeddings=True,
+                    )
+                )
+        vectors = parts[0] if len(parts) == 1 else np.concatenate(parts)
         rows: Vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         return rows
 

@@ -3,11 +3,14 @@ that put similar sentences closer than unrelated ones, and a clear error for a m
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import memstream.workers.embeddings as embeddings
 from memstream.domain.errors import InvalidInputError
 from memstream.workers.embeddings import BUNDLED_MODEL, Embedder, as_embed, load_embedder
 
@@ -62,3 +65,29 @@ def test_a_missing_model_path_names_the_setting(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="MEMSTREAM_EMBEDDING_MODEL") as caught:
         load_embedder(missing)
     assert missing in str(caught.value)
+
+
+def test_a_long_encode_lets_a_short_one_in_between_and_gives_the_same_rows(
+    embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a long encode (here 8 holds of the model of 4 texts each) running in a thread
+    monkeypatch.setattr(embeddings, "LOCK_CHUNK", 4)
+    texts = [f"message number {n} about the garden and the weather" for n in range(32)]
+    done: dict[str, float] = {}
+    rows: list[np.ndarray] = []
+
+    def long_encode() -> None:
+        rows.append(embedder.encode(texts))
+        done["long"] = time.perf_counter()
+
+    worker = threading.Thread(target=long_encode)
+    worker.start()
+    time.sleep(0.05)
+    # When a short encode asks meanwhile, it is served before the long one ends
+    embedder.encode(["a short query"])
+    done["short"] = time.perf_counter()
+    worker.join()
+    assert done["short"] < done["long"]
+    # And the chunked rows are the rows of one call (the model's batching aside)
+    monkeypatch.setattr(embeddings, "LOCK_CHUNK", 256)
+    assert np.allclose(rows[0], embedder.encode(texts), atol=1e-5)
