@@ -31,13 +31,34 @@ _loaded: dict[str, Embedder] = {}
 _loading = threading.Lock()
 
 
+class _FairLock:
+    """A lock served in the order it was asked for (``threading.Lock`` lets the thread that
+    releases it take it again at once, so a long encode released it in vain)."""
+
+    def __init__(self) -> None:
+        self._turns = threading.Condition()
+        self._next = 0
+        self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._turns:
+            ticket = self._next
+            self._next += 1
+            self._turns.wait_for(lambda: self._serving == ticket)
+
+    def __exit__(self, *exc: object) -> None:
+        with self._turns:
+            self._serving += 1
+            self._turns.notify_all()
+
+
 class Embedder:
     """A loaded model: ``encode`` returns float32 L2-normalised rows. Safe to share between
     threads (calls into the model are serialised: torch already uses every core per call)."""
 
     def __init__(self, model: Any, model_name: str, dimension: int) -> None:
         self._model = model
-        self._lock = threading.Lock()
+        self._lock = _FairLock()
         self.model_name = model_name
         self.dimension = dimension
         self._query = functools.lru_cache(maxsize=QUERY_CACHE_SIZE)(self._encode_one)

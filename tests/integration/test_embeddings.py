@@ -70,9 +70,17 @@ def test_a_missing_model_path_names_the_setting(tmp_path: Path) -> None:
 def test_a_long_encode_lets_a_short_one_in_between_and_gives_the_same_rows(
     embedder: Embedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a long encode (here 8 holds of the model of 4 texts each) running in a thread
+    # Given a long encode (16 holds of the model, 4 texts each) running in a thread
     monkeypatch.setattr(embeddings, "LOCK_CHUNK", 4)
-    texts = [f"message number {n} about the garden and the weather" for n in range(32)]
+    texts = [f"message number {n} about the garden and the weather" for n in range(64)]
+    model_encode = embedder._model.encode
+    started = threading.Event()
+
+    def encode_chunk(*args: object, **kwargs: object) -> object:
+        started.set()
+        return model_encode(*args, **kwargs)
+
+    monkeypatch.setattr(embedder._model, "encode", encode_chunk)
     done: dict[str, float] = {}
     rows: list[np.ndarray] = []
 
@@ -82,7 +90,7 @@ def test_a_long_encode_lets_a_short_one_in_between_and_gives_the_same_rows(
 
     worker = threading.Thread(target=long_encode)
     worker.start()
-    time.sleep(0.05)
+    assert started.wait(30)
     # When a short encode asks meanwhile, it is served before the long one ends
     embedder.encode(["a short query"])
     done["short"] = time.perf_counter()
