@@ -117,6 +117,7 @@ class ProjectorWorker:
         standing_pull: bool = False,
         thread_bytes: int | None = None,
         thread_events: int = THREAD_EVENTS,
+        in_thread: bool = False,
     ) -> None:
         self.log = log
         self.store = store
@@ -136,6 +137,9 @@ class ProjectorWorker:
         self._unacked: Msg | None = None
         self.thread_bytes = THREAD_BYTES if thread_bytes is None else thread_bytes
         self.thread_events = thread_events
+        # Every batch in a worker thread: projections that compute (an embedding model loads
+        # in seconds and encodes for tens of ms per text) must not hold up the event loop.
+        self.in_thread = in_thread
         self._acked_at = 0.0
         self.stats = ProjectorStats()
         self._stopping = asyncio.Event()
@@ -170,6 +174,8 @@ class ProjectorWorker:
         except BaseException:
             lock.release()
             raise
+        if encoder is not None:
+            options.setdefault("in_thread", True)
         return cls(log, store, lock=lock, **options)
 
     @property
@@ -457,12 +463,16 @@ class ProjectorWorker:
         slices of :data:`APPLY_SLICE`, the writer waits for one slice at most. A waiting reader
         gets the rest of the batch at full speed.
 
-        A batch of a few big events (at most :data:`THREAD_EVENTS` holding at least
+        A projector made ``in_thread`` (the indexer: its model computes) applies every batch
+        in a worker thread. Otherwise, a batch of a few big events (at most
+        :data:`THREAD_EVENTS` holding at least
         :data:`THREAD_BYTES`, such as one ``append_messages`` of hundreds of messages), or of
         more events that hold :data:`THREAD_EVENT_BYTES` on average, is applied
         in a worker thread instead: the database driver (SQLite's) releases the GIL while it
         works, so the projection runs beside this process's writers on another core.
         """
+        if self.in_thread:
+            return await self._apply_in_thread(entries)
         size = sum(len(e.payload) for e in entries) if self.thread_bytes else 0
         if (
             self.thread_bytes
