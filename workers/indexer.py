@@ -34,6 +34,12 @@ class LazyEncoder:
     def loaded(self) -> bool:
         return self._embedder is not None
 
+    @property
+    def busy(self) -> bool:
+        """Whether the loaded model encodes (or is waited for) now."""
+        embedder = self._embedder
+        return embedder is not None and embedder.busy
+
     def embedder(self) -> Embedder:
         """The loaded model (loading it now if need be: seconds, once per process)."""
         with self._lock:

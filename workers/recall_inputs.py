@@ -32,11 +32,12 @@ class QueryAnalysis:
         encoder = self.encoder
         if encoder is None:
             return None
-        if encoder.loaded:
-            # On the event loop's thread: run in a thread beside the recall's read-model
-            # queries instead, it made a recall slower on 2 cores (measured; the GIL and the
-            # cores are shared).
+        if encoder.loaded and not encoder.busy:
+            # On the event loop's thread (~15-20 ms): run in a thread beside the recall's
+            # read-model queries instead, it made a recall slower on 2 cores (measured; the GIL
+            # and the cores are shared).
             return encoder.encode_query(text)
+        # Loading, or encoding for an indexer or extractor: not on the event loop.
         return await asyncio.to_thread(encoder.encode_query, text)
 
     def topic_keys(self, text: str) -> list[str]:

@@ -91,11 +91,13 @@ def test_a_long_encode_lets_a_short_one_in_between_and_gives_the_same_rows(
     worker = threading.Thread(target=long_encode)
     worker.start()
     assert started.wait(30)
+    assert embedder.busy  # (a recall embeds its query in a thread now, not on its event loop)
     # When a short encode asks meanwhile, it is served before the long one ends
     embedder.encode(["a short query"])
     done["short"] = time.perf_counter()
     worker.join()
     assert done["short"] < done["long"]
+    assert not embedder.busy
     # And the chunked rows are the rows of one call (the model's batching aside)
     monkeypatch.setattr(embeddings, "LOCK_CHUNK", 256)
     assert np.allclose(rows[0], embedder.encode(texts), atol=1e-5)
