@@ -123,6 +123,11 @@ def questions(count: int, seed: int = 11) -> list[str]:
     """``count`` distinct questions about the same topics (distinct: no query-cache hits)."""
     rng = random.Random(seed)
     found: dict[str, None] = {}
+    misses = 0
     while len(found) < count:
-        found[_one(rng)[1]] = None
+        question = _one(rng)[1]
+        misses = misses + 1 if question in found else 0
+        if misses > 10_000:  # the templates make fewer distinct questions than asked for
+            raise ValueError(f"only {len(found)} distinct questions; {count} asked for")
+        found[question] = None
     return list(found)
