@@ -186,10 +186,11 @@ class AggregateStore(Generic[A]):
                     # An earlier attempt of this command is already in the log: read it back.
                     await self._fast_forward(subject, cached)
                     return CommandResult((), cached.seq, value)
-                # Applied at the next decision (inside its reading, as every lookup must be).
+                # Applied now if the snapshot has not seen them (else at the next reading).
                 first = result.seq - len(events) + 1  # an atomic batch is stored contiguously
                 cached.pending.extend((first + i, event) for i, event in enumerate(events))
                 cached.seq = result.seq
+                self._apply_now(cached)
                 return CommandResult(events, result.seq, value)
         raise ConcurrencyError(
             f"{subject} changed under the command {attempt} times in "
@@ -244,6 +245,24 @@ class AggregateStore(Generic[A]):
             raise
         cached.applied = applied
         cached.pending.clear()
+
+    def _apply_now(self, cached: _Cached[A]) -> None:
+        """Apply the events just published while the snapshot most likely has not seen them
+        (guarded: a lookup that finds it has leaves them for the next reading). Left pending,
+        they would be applied at the next decision, by which time a read-your-writes reader has
+        had them projected: the guard then refuses them, and every later decision of the
+        session paid a refused lookup, a reading and a restore."""
+        if self.snapshots is None or not self._guardable(cached):
+            return
+        try:
+            self._apply_guarded(cached)
+        except StoredMessagesMoved:
+            pass  # the snapshot has them already: restored at the next decision
+        except Exception:
+            # The write is in the log whatever a lookup met (a damaged read model, say): the
+            # next decision restores the aggregate (and meets the error itself).
+            cached.broken = True
+            logger.debug("applying the events just published failed", exc_info=True)
 
     def _reading(self) -> AbstractContextManager[None]:
         return contextlib.nullcontext() if self.snapshots is None else self.snapshots.reading()

@@ -15,7 +15,7 @@ from support.processes import script_json
 
 from memstream.client import Memstream, open_memstream
 from memstream.settings import Settings
-from memstream.workers.aggregate_store import CACHE_SIZE
+from memstream.workers.aggregate_store import CACHE_SIZE, GUARDED_DECISIONS
 
 SCRIPT = Path(__file__).resolve().parents[1] / "support" / "session_process.py"
 LONG = 3_000  # messages that process A appends
@@ -126,3 +126,33 @@ async def test_a_new_process_decides_on_a_long_written_block_without_reading_it(
     assert (after_append, after_same, after_change) == (before + 1, before + 1, before + 2)
     # And B read none of the 800 events of the block and the search block from the log
     assert result["entries_read"] == 0
+
+
+async def test_a_read_your_writes_loop_keeps_deciding_without_readings(settings: Settings) -> None:
+    # Given a client whose projector runs in its process, appending to one session and reading
+    # its history after each append (an agent loop: the read model has each write before the
+    # next decision)
+    ms = await open_memstream(settings, workers=True)
+    try:
+        session = ms.session("loop")
+        snapshots = ms.sessions.snapshots
+        assert snapshots is not None
+        readings = 0
+        reading = snapshots.reading
+
+        def counted() -> Any:
+            nonlocal readings
+            readings += 1
+            return reading()
+
+        snapshots.reading = counted  # type: ignore[method-assign]
+        appends = 4 * GUARDED_DECISIONS
+        for n in range(appends):
+            await session.append_message({"id": f"m{n}", "role": "user", "content": f"turn {n}"})
+            assert (await session.get_history())[-1]["id"] == f"m{n}"
+        # Then the session was read whole only once per GUARDED_DECISIONS decisions (plus its
+        # first restore), not on every decision once the first GUARDED_DECISIONS were used up
+        assert readings <= appends // GUARDED_DECISIONS + 1, readings
+        assert await session.get_path_length() == appends
+    finally:
+        await ms.close()
