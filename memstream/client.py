@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -43,10 +45,15 @@ from memstream.session_manager import SessionManager
 from memstream.settings import Settings, default_actor
 from memstream.summarizers import OpenAICompatibleSummarizer
 from memstream.workers.aggregate_store import AggregateStore, CommandResult, Decide
-from memstream.workers.codec import CommandMeta
+from memstream.workers.codec import H_MSG_ID, CommandMeta
 from memstream.workers.data_dir import prepare_data_dir, private_database
 from memstream.workers.embedded import EmbeddedRuntime
-from memstream.workers.event_log import EventLog, connect_nats
+from memstream.workers.event_log import (
+    EventLog,
+    LogEntry,
+    OutgoingMessage,
+    connect_nats,
+)
 from memstream.workers.extractor import ExtractorWorker
 from memstream.workers.indexer import LazyEncoder
 from memstream.workers.position import Demand, PositionWatch
@@ -55,6 +62,9 @@ from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
 from memstream.workers.subjects import demand_subject, subject_for
 
 logger = logging.getLogger(__name__)
+# At most this many of a client's own events are kept for the projector of its process to apply
+# for a reader (it forgets them as it commits; older ones are its to deliver).
+OWN_EVENTS = 10_000
 A = TypeVar("A", bound=Aggregate)
 R = TypeVar("R")
 
@@ -104,6 +114,8 @@ class Memstream:
         self.connected_seq = 0
         self._watchdog: asyncio.Task[None] | None = None
         self._subjects: dict[str, str] = {}
+        # This client's events that the projector of this process has not committed yet.
+        self._own: deque[LogEntry] = deque()
 
     def _read_from(self, read_models: ReadModels) -> None:
         self.read_models = read_models
@@ -116,6 +128,7 @@ class Memstream:
             self.log,
             self._empty_session,
             snapshots=read_models.session_snapshots(self.namespace),
+            published=self._published,
         )
         # Blocks likewise, from the context read model (a block's writes each carry its whole
         # content: replaying them read every version of it).
@@ -123,16 +136,19 @@ class Memstream:
             self.log,
             lambda key: ContextDocument.empty(self.namespace, key),
             snapshots=read_models.document_snapshots(self.namespace),
+            published=self._published,
         )
         self.search_indexes = AggregateStore(
             self.log,
             lambda key: SearchIndex.empty(self.namespace, key),
             snapshots=read_models.search_snapshots(self.namespace),
+            published=self._published,
         )
         self.records = AggregateStore(
             self.log,
             lambda key: SessionRecord.empty(self.namespace, key),
             snapshots=read_models.record_snapshots(self.namespace),
+            published=self._published,
         )
 
     @property
@@ -173,7 +189,9 @@ class Memstream:
         store = self._profiles.get(namespace)
         if store is None:
             store = self._profiles[namespace] = AggregateStore(
-                self.log, lambda key: MemoryProfile.empty(namespace, key)
+                self.log,
+                lambda key: MemoryProfile.empty(namespace, key),
+                published=self._published,
             )
         subject = subject_for(self.log.subject_prefix, namespace, "profile", profile)
         result = await self._execute(store, subject, profile, decide, meta)
@@ -221,6 +239,44 @@ class Memstream:
             )
             for name in PROJECTIONS
         }
+
+    def _published(self, subject: str, messages: Sequence[OutgoingMessage], first: int) -> None:
+        """Keep this client's events as the log stored them, for :meth:`_apply_own`, while a
+        projector runs in this process (it forgets them as it commits: :meth:`_advance`)."""
+        if self.projector is None:
+            return
+        own = self._own
+        for index, message in enumerate(messages):
+            headers = dict(message.headers)
+            headers[H_MSG_ID] = message.msg_id
+            entry = LogEntry(first + index, subject, message.payload, headers)
+            if own and own[-1].seq > entry.seq:  # concurrent commands' acks out of order
+                bisect.insort(own, entry, key=lambda e: e.seq)
+            else:
+                own.append(entry)
+        while len(own) > OWN_EVENTS:
+            own.popleft()
+
+    def _apply_own(self, projection: str, target: int) -> None:
+        """A reader here waits for ``target``: if the events up to it are this client's own,
+        next in the stream, have the projector of this process apply them now rather than wait
+        for their delivery (read-your-writes then costs what a write to the read model does)."""
+        projector = self.projector
+        own = self._own
+        if projector is None or not own or projection not in projector.store.projections:
+            return
+        committed = projector.committed
+        while own and own[0].seq <= committed:
+            own.popleft()
+        if not own or own[0].seq != committed + 1:
+            return
+        entries = []
+        for entry in own:
+            if entry.seq > target:
+                break
+            entries.append(entry)
+        if entries and entries[-1].seq >= target:
+            projector.apply_own(entries)  # its commit forgets them (_projected)
 
     def _projector_running(self, projection: str) -> bool:
         """Whether a projector of this process reports ``projection``'s commits to the readers
@@ -375,7 +431,10 @@ class Memstream:
         """
         self._reopen_if_replaced()
         target = self.read_floor if seq is None else max(seq, self.connected_seq)
-        await self.positions[projection].wait_for(target, self.settings.read_timeout)
+        watch = self.positions[projection]
+        if target > watch.position and self._own:
+            self._apply_own(projection, target)
+        await watch.wait_for(target, self.settings.read_timeout)
 
     async def sync(self, projection: str) -> None:
         """Wait until ``projection`` has every event committed before this call (not only this
@@ -399,6 +458,13 @@ class Memstream:
         for name in projections:
             self.positions[name].advance(seq)
 
+    def _projected(self, seq: int) -> None:
+        """The projector of this process committed up to ``seq``."""
+        self._advance(PROJECTOR_PROJECTIONS, seq)
+        own = self._own
+        while own and own[0].seq <= seq:
+            own.popleft()
+
     def _embed(self) -> Any:
         """The model as the extractor's prototype classifier calls it (loaded now if need be)."""
         from memstream.workers.embeddings import as_embed
@@ -414,7 +480,7 @@ class Memstream:
             self.log,
             self.copy,
             PROJECTOR_PROJECTIONS,
-            on_commit=partial(self._advance, PROJECTOR_PROJECTIONS),
+            on_commit=self._projected,
             demand=self.demand,
             linger=PROJECTOR_LINGER,
         )

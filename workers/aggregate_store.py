@@ -89,6 +89,10 @@ class Decided(Generic[R_co]):
     value: R_co
 
 
+# Told of every publish the log stored: its subject, its messages, and the stream sequence of
+# the first (an atomic batch is stored contiguously).
+Published = Callable[[str, Sequence[OutgoingMessage], int], None]
+
 # A decision: the events it decides on the aggregate, or those and a value (:class:`Decided`).
 Decide = Callable[[A], Sequence[Aggregate.Event] | Decided[R]]
 
@@ -116,8 +120,10 @@ class AggregateStore(Generic[A]):
         snapshots: SnapshotSource[A] | None = None,
         cache_size: int = CACHE_SIZE,
         retry_seconds: float = RETRY_SECONDS,
+        published: Published | None = None,
     ) -> None:
         self.log = log
+        self.published = published
         self.retry_seconds = retry_seconds
         self.snapshots = snapshots
         self._empty = empty
@@ -191,6 +197,8 @@ class AggregateStore(Generic[A]):
                 cached.pending.extend((first + i, event) for i, event in enumerate(events))
                 cached.seq = result.seq
                 self._apply_now(cached)
+                if self.published is not None:
+                    self.published(subject, outgoing, first)
                 return CommandResult(events, result.seq, value)
         raise ConcurrencyError(
             f"{subject} changed under the command {attempt} times in "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -142,6 +143,7 @@ class ProjectorWorker:
         self.in_thread = in_thread
         self._acked_at = 0.0
         self.stats = ProjectorStats()
+        self.own_batches = 0  # batches applied for a reader here (apply_own), for tests and status
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._committed = 0
@@ -259,6 +261,51 @@ class ProjectorWorker:
         if self._applying or self._closed or self._damage is not None:
             return None
         return self.store
+
+    @property
+    def committed(self) -> int:
+        """The last stream sequence every projection of this projector has committed."""
+        return self._committed
+
+    def apply_own(self, entries: Sequence[LogEntry]) -> bool:
+        """Apply events this process wrote, which the log has acknowledged but this projector
+        has not been delivered yet, for a reader here that waits for them; True if done.
+
+        Only the next events in the stream (the first is ``committed + 1``, the rest follow it
+        without a gap), only between batches, and only as much as a batch applies on the event
+        loop: otherwise the reader waits for the projector as before. The events are applied
+        as their delivery would be (the same bytes at the same sequences, one transaction that
+        records the positions), so the delivery, when it comes, is passed over. On a failure
+        nothing is written and the delivery applies them (with its retries and dead letters).
+        """
+        if (
+            not entries
+            or entries[0].seq != self._committed + 1
+            or not self.running
+            or self.idle_store() is None  # a batch is being applied, or damage was found
+            or self.in_thread
+            or any(b.seq != a.seq + 1 for a, b in itertools.pairwise(entries))
+            or (self.thread_bytes and sum(len(e.payload) for e in entries) >= self.thread_bytes)
+            or self.store.replaced()
+        ):
+            return False
+        stats = ProjectorStats()
+        self._applying = True
+        try:
+            seq = self.store.apply(entries, stats, committed=self._committed)
+        except Exception:  # the delivery meets it again, with retries (and reports)
+            logger.debug("projector %s: applying own events failed", self.durable, exc_info=True)
+            return False
+        finally:
+            self._applying = False
+        self.stats.batches += stats.batches
+        self.stats.applied += stats.applied
+        self.stats.skipped += stats.skipped
+        self.own_batches += 1
+        self._committed = seq
+        if self.on_commit:
+            self.on_commit(seq)
+        return True
 
     def report_damage(self, reason: str, identity: Hashable | None) -> None:
         """A reader in this process met damage in the read-model copy ``identity``: replace it
@@ -402,14 +449,18 @@ class ProjectorWorker:
             try:
                 if len(msgs) < self.batch_size and self.linger > 0:
                     msgs += await self._linger(fetch, self.batch_size - len(msgs))
+                # A reader here may have had its own events applied meanwhile (apply_own).
                 entries = [
-                    LogEntry(stream_sequence(m), m.subject, m.data, dict(m.headers or {}))
+                    LogEntry(seq, m.subject, m.data, dict(m.headers or {}))
                     for m in msgs
+                    if (seq := stream_sequence(m)) > self._committed
                 ]
-                seq = await self._apply_with_retry(entries)
-                self._committed = seq
-                if self.on_commit:
-                    self.on_commit(seq)
+                self.stats.skipped += len(msgs) - len(entries)
+                if entries:
+                    seq = await self._apply_with_retry(entries)
+                    self._committed = seq
+                    if self.on_commit:
+                        self.on_commit(seq)
             finally:
                 self._batch_done = None
                 done.set()

@@ -5,6 +5,7 @@ batches applied in the event loop or in a worker thread."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from memstream.client import open_memstream
@@ -66,4 +67,73 @@ async def test_every_way_of_consuming_and_applying_builds_the_same_read_model(
         # Then every copy is the same
         assert sums[True, None] == sums[False, 0] == sums[True, 1]
     finally:
+        await writer.close()
+
+
+async def test_reads_that_apply_their_own_writes_build_the_same_read_model(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # Given a client whose projector runs in its process, and a client without workers that
+    # writes to the same log now and then
+    writer = await open_memstream(settings, workers=True)
+    other = await open_memstream(settings, workers=False)
+    try:
+        projector = writer.projector
+        assert projector is not None
+        # When the first client reads each session's history after each of its writes (an
+        # agent loop), with the other's writes falling in between its own
+        for s in range(3):
+            session = writer.session(f"s{s}").with_context("memory", description="Facts")
+            for i in range(30):
+                text = {"type": "text", "text": f"turn {i} of {s}"}
+                await session.append_message({"id": f"m{i}", "role": "user", "parts": [text]})
+                if i % 7 == 3:
+                    await other.session(f"o{s}").append_message(
+                        {"id": f"m{i}", "role": "user", "content": f"other {i}"}
+                    )
+                assert (await session.get_history())[-1]["id"] == f"m{i}"
+            await session.append_messages(
+                [{"id": f"b{i}", "role": "assistant", "content": f"batch {i}"} for i in range(5)]
+            )
+            await session.update_message({"id": "m3", "role": "user", "content": "edited"})
+            await session.delete_messages(["m5"])
+            await session.replace_context_block("memory", f"fact {s}")
+            history = await session.get_history()
+            assert [m["id"] for m in history][-6:] == ["m29", "b0", "b1", "b2", "b3", "b4"]
+            assert len(history) == 29  # m5 deleted: the path runs from m6 (35 - 6)
+            assert "fact" in await session.freeze_system_prompt()
+        # Then most of its reads had its own writes applied at once (not all: the other
+        # client's writes come between some of them and the projector's position)
+        assert projector.own_batches >= 60, projector.own_batches
+        await writer.sync("sessions")
+        deadline = time.monotonic() + 10
+        while projector.stats.skipped < projector.own_batches:  # their deliveries: passed over
+            assert time.monotonic() < deadline, projector.stats
+            await asyncio.sleep(0.01)
+        ours = {
+            name: checksum(projector.store.connection, name)  # type: ignore[attr-defined]
+            for name in ("sessions", "context", "registry")
+        }
+        # And a projector that reads every event from the log builds the same read model
+        connection = open_database(tmp_path / "copy.db")
+        last = await writer.log.stream_last_seq()
+        reached = asyncio.Event()
+        worker = ProjectorWorker(
+            writer.log,
+            SqliteReadModelStore(connection),
+            standing_pull=False,
+            thread_bytes=0,
+            on_commit=lambda seq: reached.set() if seq >= last else None,
+        )
+        worker.start()
+        try:
+            async with asyncio.timeout(30):
+                await reached.wait()
+        finally:
+            await worker.stop()
+        assert worker.own_batches == 0
+        assert {name: checksum(connection, name) for name in ours} == ours
+        connection.close()
+    finally:
+        await other.close()
         await writer.close()
