@@ -51,6 +51,8 @@ DEFAULT_LINGER = 0.05
 # applied), so they are sent at most this often, or for large batches at once: one message less
 # per event for the client to send and the server to handle.
 ACK_INTERVAL = 0.1
+# The wait before a failed batch is tried again (doubling up to 5 s while it keeps failing).
+FIRST_RETRY_DELAY = 0.05
 ACK_AT_ONCE = 100
 # Batches of at most THREAD_EVENTS events holding at least THREAD_BYTES are applied in a worker
 # thread (THREAD_BYTES 0: never), as are batches of big events (THREAD_EVENT_BYTES): big events
@@ -564,7 +566,7 @@ class ProjectorWorker:
             raise
 
     async def _apply_with_retry(self, entries: Sequence[LogEntry]) -> int:
-        delay = 0.05
+        delay = FIRST_RETRY_DELAY
         while True:
             if self._damage is not None or self.store.replaced():  # one stat a batch
                 raise ReadModelRewound("read model damaged or replaced")
@@ -576,8 +578,19 @@ class ProjectorWorker:
                 if self._note_damage(error):
                     raise ReadModelRewound(f"read model damaged ({error})") from error
                 self.stats.transient_failures += 1
-                logger.exception(
-                    "projector %s: batch failed; retrying in %.2fs", self.durable, delay
-                )
+                if delay <= FIRST_RETRY_DELAY:
+                    # Usually transient (another process held the write lock past the busy
+                    # timeout): one line; a batch that fails again is logged with its traceback.
+                    logger.warning(
+                        "projector %s: batch failed (%s: %s); retrying in %.2fs",
+                        self.durable,
+                        type(error).__name__,
+                        error,
+                        delay,
+                    )
+                else:
+                    logger.exception(
+                        "projector %s: batch failed again; retrying in %.2fs", self.durable, delay
+                    )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)

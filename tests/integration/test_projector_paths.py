@@ -5,8 +5,12 @@ batches applied in the event loop or in a worker thread."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import sqlite3
 import time
 from pathlib import Path
+
+import pytest
 
 from memstream.client import open_memstream
 from memstream.projections.sqlite.checksum import checksum
@@ -136,4 +140,51 @@ async def test_reads_that_apply_their_own_writes_build_the_same_read_model(
         connection.close()
     finally:
         await other.close()
+        await writer.close()
+
+
+async def test_a_batch_that_meets_a_locked_database_is_retried_and_logged_once_briefly(
+    settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a log of 20 writes and a projector whose database another connection holds locked
+    writer = await open_memstream(settings, workers=False)
+    try:
+        session = writer.session("s")
+        for i in range(20):
+            await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
+        last = writer.last_write_seq
+        connection = open_database(tmp_path / "copy.db")
+        connection.execute("PRAGMA busy_timeout = 50")
+        blocker = sqlite3.connect(tmp_path / "copy.db", isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        reached = asyncio.Event()
+        worker = ProjectorWorker(
+            writer.log,
+            SqliteReadModelStore(connection),
+            on_commit=lambda seq: reached.set() if seq >= last else None,
+        )
+        caplog.set_level(logging.WARNING, logger="memstream.workers.projector")
+        worker.start()
+        try:
+            # When the lock is held for a few retries, then released
+            await asyncio.sleep(0.4)
+            assert not reached.is_set()
+            blocker.execute("ROLLBACK")
+            async with asyncio.timeout(30):
+                await reached.wait()
+        finally:
+            await worker.stop()
+            blocker.close()
+        # Then the first failure is one warning line naming the error (no traceback), later
+        # ones are errors with their traceback, and nothing was lost
+        failures = [r for r in caplog.records if "batch failed" in r.getMessage()]
+        assert failures[0].levelno == logging.WARNING
+        assert failures[0].exc_info is None
+        assert "OperationalError: database is locked" in failures[0].getMessage()
+        assert len(failures) >= 2
+        assert all(r.levelno == logging.ERROR and r.exc_info for r in failures[1:])
+        assert worker.stats.transient_failures == len(failures)
+        assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 20
+        connection.close()
+    finally:
         await writer.close()
