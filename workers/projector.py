@@ -51,9 +51,9 @@ DEFAULT_LINGER = 0.05
 # applied), so they are sent at most this often, or for large batches at once: one message less
 # per event for the client to send and the server to handle.
 ACK_INTERVAL = 0.1
+ACK_AT_ONCE = 100
 # The wait before a failed batch is tried again (doubling up to 5 s while it keeps failing).
 FIRST_RETRY_DELAY = 0.05
-ACK_AT_ONCE = 100
 # Batches of at most THREAD_EVENTS events holding at least THREAD_BYTES are applied in a worker
 # thread (THREAD_BYTES 0: never), as are batches of big events (THREAD_EVENT_BYTES): big events
 # (an append_messages of hundreds of messages) are
