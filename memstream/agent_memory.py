@@ -111,8 +111,13 @@ class AgentMemory:
             InvalidInputError: a name over 100 characters (or empty).
         """
         name = check_profile_name(name)
-        result = await self._ms.profile_command(self.namespace, name, MemoryProfile.create)
-        await self._ms.wait_for("memory", result.seq)
+        # An existing profile (in the read model as of this client's reads: the log when it
+        # connected, and its own writes) needs no command: a process that only reads never
+        # loads the profile's aggregate, which is replayed from its events.
+        await self._ms.wait_for("memory")
+        if not self._ms.memory_queries.exists(self.namespace, name):
+            result = await self._ms.profile_command(self.namespace, name, MemoryProfile.create)
+            await self._ms.wait_for("memory", result.seq)
         return Profile(self._ms, self.namespace, name)
 
     async def delete_profile(self, name: str) -> None:

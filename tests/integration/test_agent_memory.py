@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from memstream import InvalidInputError, NotFoundError
-from memstream.client import Memstream
+from memstream.client import Memstream, open_memstream
 from memstream.projections.sqlite.store import SqliteCopy
+from memstream.settings import Settings
 from memstream.workers.rebuild import rebuild, verify
 
 WHEN = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
@@ -263,3 +264,38 @@ async def test_vectors_of_another_model_are_dropped_to_be_reindexed_not_mixed(
 
 
 _EMPTY_VECTORS = hashlib.sha256(b"\x00").hexdigest()  # no rows: one empty part
+
+
+async def test_a_process_that_only_reads_a_profile_never_replays_it(
+    ms: Memstream, settings: Settings
+) -> None:
+    # Given a profile with ingested messages, written by one client
+    written = await ms.agent_memory("default").get_profile("reader")
+    await written.ingest(conversation("I live in Lisbon."), session_id="s1", wait=False)
+    await ms.wait_for("memory")
+    # When another client (as a new process would) gets the profile and lists it
+    other = await open_memstream(settings, workers=False)
+    try:
+        replayed: list[str] = []
+        read_subject = other.log.read_subject
+
+        def spied(subject: str, after_seq: int = 0) -> Any:
+            replayed.append(subject)
+            return read_subject(subject, after_seq)
+
+        other.log.read_subject = spied  # type: ignore[method-assign]
+        before = await profile_subject_seq(other, "default", "reader")
+        profile = await other.agent_memory("default").get_profile("reader")
+        assert profile.name == "reader"
+        await profile.list()
+        # Then it read none of the profile's events from the log and published nothing
+        assert replayed == []
+        assert await profile_subject_seq(other, "default", "reader") == before
+        # And a profile that does not exist yet is still created by get_profile
+        await other.agent_memory("default").get_profile("new-one")
+        assert [p["name"] for p in await other.agent_memory("default").list_profiles()] == [
+            "new-one",
+            "reader",
+        ]
+    finally:
+        await other.close()
