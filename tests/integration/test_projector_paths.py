@@ -188,3 +188,49 @@ async def test_a_batch_that_meets_a_locked_database_is_retried_and_logged_once_b
         connection.close()
     finally:
         await writer.close()
+
+
+async def test_concurrent_agent_loops_applying_their_own_writes_match_a_rebuild(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # Given a client whose projector runs in its process
+    writer = await open_memstream(settings, workers=True)
+    try:
+        projector = writer.projector
+        assert projector is not None
+
+        async def loop(s: int) -> None:
+            session = writer.session(f"c{s}")
+            for i in range(25):
+                await session.append_message({"id": f"m{i}", "role": "user", "content": f"{s}.{i}"})
+                history = await session.get_history()
+                assert [m["id"] for m in history] == [f"m{n}" for n in range(i + 1)]
+
+        # When eight agent loops run at once in it (their acks and reads interleave)
+        await asyncio.gather(*(loop(s) for s in range(8)))
+        await writer.sync("sessions")
+        ours = {
+            name: checksum(projector.store.connection, name)  # type: ignore[attr-defined]
+            for name in ("sessions", "registry")
+        }
+        # Then a projector that reads every event from the log builds the same read model
+        connection = open_database(tmp_path / "copy.db")
+        last = await writer.log.stream_last_seq()
+        reached = asyncio.Event()
+        worker = ProjectorWorker(
+            writer.log,
+            SqliteReadModelStore(connection),
+            on_commit=lambda seq: reached.set() if seq >= last else None,
+        )
+        worker.start()
+        try:
+            async with asyncio.timeout(30):
+                await reached.wait()
+        finally:
+            await worker.stop()
+        assert {name: checksum(connection, name) for name in ours} == ours
+        assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 200
+        connection.close()
+        assert projector.own_batches > 0, "no read applied its own writes"
+    finally:
+        await writer.close()
