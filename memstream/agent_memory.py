@@ -48,7 +48,7 @@ from memstream.projections.recall import (
     recall,
 )
 from memstream.projections.vector_writes import MEMORY, MESSAGE
-from memstream.workers.aggregate_store import CommandResult, Decide
+from memstream.workers.aggregate_store import CommandResult, Decide, Decided
 from memstream.workers.codec import CommandMeta
 from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
 
@@ -180,8 +180,22 @@ class Profile:
             ProjectionLagError: ``wait`` and the extraction did not finish in time.
         """
         sid, checked = check_ingest(messages, session_id, datetime.now(UTC))
-        command_id = "g-" + content_id(self.namespace, self.name, sid, *(m.id for m in checked))
-        result = await self._command(lambda p: p.ingest(sid, checked), command_id)
+        ids = [m.id for m in checked]
+        command_id = "g-" + content_id(self.namespace, self.name, sid, *ids)
+
+        def decide(profile: MemoryProfile) -> Decided[None]:
+            events = profile.ingest(sid, checked)
+            generation = profile.generation(sid)
+            if not generation:
+                return Decided(events, None)
+            # The same messages again after their session was forgotten (or the profile
+            # deleted): another ingest, under another command id.
+            mark = f"generation {generation}"
+            return Decided(
+                events, None, "g-" + content_id(self.namespace, self.name, sid, mark, *ids)
+            )
+
+        result = await self._command(decide, command_id)
         if not wait:
             return
         if result.events:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 from collections import OrderedDict
@@ -87,6 +88,9 @@ class Decided(Generic[R_co]):
 
     events: Sequence[Aggregate.Event]
     value: R_co
+    # The command id to publish the events under, when the decision knows better than the
+    # caller's (it derives from state the caller did not see): None keeps the caller's.
+    command_id: str | None = None
 
 
 # Told of every publish the log stored: its subject, its messages, and the stream sequence of
@@ -160,7 +164,7 @@ class AggregateStore(Generic[A]):
             while asyncio.get_running_loop().time() < deadline or attempt < 3:
                 attempt += 1
                 await self._load(subject, key)
-                cached, events, value, refusal = self._decide(subject, key, decide)
+                cached, events, value, refusal, command_id = self._decide(subject, key, decide)
                 if refusal is not None:
                     # A refusal may come from a stale cache (another writer moved on).
                     if await self._caught_up(subject, cached):
@@ -170,10 +174,15 @@ class AggregateStore(Generic[A]):
                     if await self._caught_up(subject, cached):
                         continue  # a no-op decided on stale state: decide again
                     return CommandResult((), cached.seq, value)
+                decided_meta = meta
+                if command_id is not None and command_id != meta.command_id:
+                    decided_meta = dataclasses.replace(meta, command_id=command_id)
                 outgoing = [
                     OutgoingMessage(
-                        *encode_event(event, meta, _msg_id(meta.command_id, i, len(events))),
-                        msg_id=_msg_id(meta.command_id, i, len(events)),
+                        *encode_event(
+                            event, decided_meta, _msg_id(decided_meta.command_id, i, len(events))
+                        ),
+                        msg_id=_msg_id(decided_meta.command_id, i, len(events)),
                     )
                     for i, event in enumerate(events)
                 ]
@@ -218,7 +227,7 @@ class AggregateStore(Generic[A]):
 
     def _decide(
         self, subject: str, key: str, decide: Decide[A, R]
-    ) -> tuple[_Cached[A], list[Aggregate.Event], R | None, MemstreamError | None]:
+    ) -> tuple[_Cached[A], list[Aggregate.Event], R | None, MemstreamError | None, str | None]:
         """Decide on the cached aggregate: guarded when it was read recently, else (or when a
         guarded lookup finds the snapshot moved) inside a reading."""
         cached = self._cache.get(subject)
@@ -337,14 +346,14 @@ class AggregateStore(Generic[A]):
 
 def _decided(
     aggregate: A, decide: Decide[A, R]
-) -> tuple[list[Aggregate.Event], R | None, MemstreamError | None]:
+) -> tuple[list[Aggregate.Event], R | None, MemstreamError | None, str | None]:
     try:
         decision = decide(aggregate)
     except MemstreamError as error:
-        return [], None, error
+        return [], None, error, None
     if isinstance(decision, Decided):
-        return list(decision.events), decision.value, None
-    return list(decision), None, None
+        return list(decision.events), decision.value, None, decision.command_id
+    return list(decision), None, None, None
 
 
 def _restore(cached: _Cached[A], position: int) -> bool:

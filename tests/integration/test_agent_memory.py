@@ -117,6 +117,34 @@ async def test_delete_session_leaves_other_sessions_and_tolerates_unknown_ids(
     assert (await profile.recall("Portuguese"))["count"] == 0
 
 
+async def test_a_forgotten_conversation_ingested_again_is_extracted_again(ms: Memstream) -> None:
+    # Given a session that was ingested, extracted and then forgotten
+    memory = ms.agent_memory("default")
+    profile = await memory.get_profile("erin")
+    messages = conversation("I adopted a greyhound called Pixel.")
+    await profile.ingest(messages, session_id="s1")
+    await profile.delete_session("s1")
+    assert (await profile.list())["memories"] == []
+    # When the same conversation is ingested again at once (within the log's duplicate window)
+    await profile.ingest(messages, session_id="s1")
+    # Then its messages and memories are back
+    [again] = (await profile.list())["memories"]
+    assert "Pixel" in again["summary"]
+    [source] = (await profile.get(again["id"]))["source_message_ids"]
+    assert (await profile.get_message(source))["content"] == messages[0]["content"]
+    # And ingesting it once more adds nothing
+    before = await profile_subject_seq(ms, "default", "erin")
+    await profile.ingest(messages, session_id="s1")
+    assert await profile_subject_seq(ms, "default", "erin") == before
+    # And the same holds after the whole profile was deleted and made again
+    await memory.delete_profile("erin")
+    profile = await memory.get_profile("erin")
+    await profile.ingest(messages, session_id="s1")
+    [third] = (await profile.list())["memories"]
+    assert "Pixel" in third["summary"]
+    assert third["id"] != again["id"]
+
+
 async def test_profiles_and_namespaces_are_isolated(ms: Memstream) -> None:
     alice = await ms.agent_memory("default").get_profile("alice")
     other = await ms.agent_memory("default").get_profile("mallory")
