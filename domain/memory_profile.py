@@ -145,6 +145,7 @@ class MemoryProfile(Aggregate):
         message_ids: list[str]
 
         def apply(self, aggregate: Any) -> None:
+            aggregate.removals += 1
             for message_id in self.message_ids:
                 aggregate.messages.pop(message_id, None)
             aggregate.unlink(self.memory_id)
@@ -153,7 +154,7 @@ class MemoryProfile(Aggregate):
         session_id: str
 
         def apply(self, aggregate: Any) -> None:
-            aggregate.forgotten[self.session_id] = aggregate.forgotten.get(self.session_id, 0) + 1
+            aggregate.removals += 1
             aggregate.messages = {
                 m: s for m, s in aggregate.messages.items() if s != self.session_id
             }
@@ -164,7 +165,7 @@ class MemoryProfile(Aggregate):
 
     class ProfileDeleted(Event):
         def apply(self, aggregate: Any) -> None:
-            aggregate.deletions += 1
+            aggregate.removals += 1
             aggregate.reset()
 
     profile: str
@@ -174,17 +175,16 @@ class MemoryProfile(Aggregate):
     done: set[str]  # extraction sources extracted
     memories: dict[str, MemoryState]
     topics: dict[str, str]  # topic key -> current memory (facts and instructions)
-    # How often a session was forgotten (since the profile was last created), and how often
-    # the profile was deleted: see generation().
-    forgotten: dict[str, int]
-    deletions: int
+    # How many events removed raw messages (a memory deleted with its sources, a session
+    # forgotten, the profile deleted), over the profile's whole log: see generation().
+    removals: int
 
     @classmethod
     def empty(cls, namespace: str, profile: str) -> MemoryProfile:
         """A profile with no events yet (it does not exist)."""
         aggregate = empty_aggregate(cls, profile_aggregate_id(namespace, profile))
         aggregate.profile = profile
-        aggregate.deletions = 0
+        aggregate.removals = 0
         aggregate.reset()
         return aggregate
 
@@ -195,18 +195,14 @@ class MemoryProfile(Aggregate):
         self.done = set()
         self.memories = {}
         self.topics = {}
-        self.forgotten = {}
 
-    def generation(self, session_id: str) -> str:
-        """``""`` until ``session_id`` was forgotten or the profile deleted; then a mark that
-        changes with each of those. Ingests of the same messages before and after either are
-        different ingests (the messages were gone in between): their ids, and the command ids
-        derived from them, must differ, or the log's duplicate window and the extractor's
-        record of done sources would drop the later one."""
-        forgotten = self.forgotten.get(session_id, 0)
-        if not forgotten and not self.deletions:
-            return ""
-        return f"{self.deletions}.{forgotten}"
+    def generation(self) -> str:
+        """``""`` until the profile first removed raw messages; then a mark that changes with
+        each removal. Ingests of the same messages before and after a removal are different
+        ingests (the messages were gone in between): their ids, and the command ids derived
+        from them, must differ, or the log's duplicate window and the extractor's record of
+        done sources would drop the later one."""
+        return str(self.removals) if self.removals else ""
 
     def unlink(self, memory_id: str) -> None:
         """Remove a memory; what it superseded becomes current again (if it is still here)."""
@@ -245,7 +241,7 @@ class MemoryProfile(Aggregate):
         new = [m for m in messages if m.id not in self.messages]
         if not new:
             return []
-        generation = self.generation(session_id)
+        generation = self.generation()
         marks = (f"generation {generation}",) if generation else ()
         ingest_id = "i-" + content_id(self.profile, session_id, *marks, *(m.id for m in new))
         parts: list[list[dict[str, Any]]] = [[]]

@@ -185,11 +185,11 @@ class Profile:
 
         def decide(profile: MemoryProfile) -> Decided[None]:
             events = profile.ingest(sid, checked)
-            generation = profile.generation(sid)
+            generation = profile.generation()
             if not generation:
                 return Decided(events, None)
-            # The same messages again after their session was forgotten (or the profile
-            # deleted): another ingest, under another command id.
+            # The same messages again after the profile removed them (a memory deleted, their
+            # session forgotten, the profile deleted): another ingest, another command id.
             mark = f"generation {generation}"
             return Decided(
                 events, None, "g-" + content_id(self.namespace, self.name, sid, mark, *ids)

@@ -117,8 +117,8 @@ async def test_delete_session_leaves_other_sessions_and_tolerates_unknown_ids(
     assert (await profile.recall("Portuguese"))["count"] == 0
 
 
-async def test_a_forgotten_conversation_ingested_again_is_extracted_again(ms: Memstream) -> None:
-    # Given a session that was ingested, extracted and then forgotten
+async def test_a_removed_conversation_ingested_again_is_extracted_again(ms: Memstream) -> None:
+    # Given a session that was ingested, extracted and then forgotten (a removal)
     memory = ms.agent_memory("default")
     profile = await memory.get_profile("erin")
     messages = conversation("I adopted a greyhound called Pixel.")
@@ -143,6 +143,11 @@ async def test_a_forgotten_conversation_ingested_again_is_extracted_again(ms: Me
     [third] = (await profile.list())["memories"]
     assert "Pixel" in third["summary"]
     assert third["id"] != again["id"]
+    # And after the memory was deleted with its message
+    await profile.delete(third["id"])
+    await profile.ingest(messages, session_id="s1")
+    [fourth] = (await profile.list())["memories"]
+    assert "Pixel" in fourth["summary"]
 
 
 async def test_profiles_and_namespaces_are_isolated(ms: Memstream) -> None:

@@ -116,17 +116,16 @@ def test_deletes_of_unknown_things() -> None:
         profile.remember("r1", "x", None)
 
 
-def test_the_same_messages_after_a_forget_or_a_delete_are_a_new_ingest_to_extract() -> None:
+def test_the_same_messages_after_a_removal_are_a_new_ingest_to_extract() -> None:
     # Given an ingest that was extracted
     profile = created()
     sid, messages = check_ingest([{"role": "user", "content": "I live in Porto."}], "s1", NOW)
     [first] = applied(profile, profile.ingest(sid, messages))
-    assert profile.generation("s1") == ""
+    assert profile.generation() == ""
     applied(profile, profile.record_extraction(first.ingest_id, {"name": "t"}, []))
     # When its session is forgotten and the same messages are ingested again
     applied(profile, profile.forget_session("s1"))
-    assert profile.generation("s1") == "0.1"
-    assert profile.generation("other") == ""  # other sessions keep their ids
+    assert profile.generation() == "1"
     [again] = applied(profile, profile.ingest(sid, messages))
     # Then it is another ingest (another id), which the extractor's record accepts
     assert again.ingest_id != first.ingest_id
@@ -135,8 +134,23 @@ def test_the_same_messages_after_a_forget_or_a_delete_are_a_new_ingest_to_extrac
     # And once more after the profile is deleted and created again
     applied(profile, profile.delete())
     applied(profile, profile.create())
-    assert profile.generation("s1") == "1.0"
+    assert profile.generation() == "2"
     [third] = applied(profile, profile.ingest(sid, messages))
     assert third.ingest_id not in (first.ingest_id, again.ingest_id)
     # And without a forget in between, the same messages add nothing
     assert profile.ingest(sid, messages) == []
+
+
+def test_the_messages_of_a_deleted_memory_ingested_again_are_a_new_ingest() -> None:
+    # Given a one-message ingest whose memory was extracted, then deleted with its message
+    profile = created()
+    sid, messages = check_ingest([{"role": "user", "content": "I live in Porto."}], "s1", NOW)
+    [first] = applied(profile, profile.ingest(sid, messages))
+    found = memory("m1", "home", [m.id for m in messages])
+    applied(profile, profile.record_extraction(first.ingest_id, {"name": "t"}, [found]))
+    applied(profile, profile.delete_memory("m1"))
+    # When the same message is ingested again
+    [again] = applied(profile, profile.ingest(sid, messages))
+    # Then it is another ingest, whose extraction is recorded
+    assert again.ingest_id != first.ingest_id
+    assert profile.record_extraction(again.ingest_id, {"name": "t"}, [])
