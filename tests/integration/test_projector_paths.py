@@ -8,7 +8,9 @@ import asyncio
 import logging
 import sqlite3
 import time
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,8 +19,38 @@ from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.store import SqliteReadModelStore
 from memstream.settings import Settings
+from memstream.workers.event_log import EventLog
 from memstream.workers.position import Demand
 from memstream.workers.projector import ProjectorWorker
+
+
+def copy_projector(
+    log: EventLog, connection: sqlite3.Connection, last: int, **options: Any
+) -> tuple[ProjectorWorker, asyncio.Event]:
+    """A projector of the log into the read-model copy on ``connection``, and an event set
+    once it has committed ``last``."""
+    reached = asyncio.Event()
+    worker = ProjectorWorker(
+        log,
+        SqliteReadModelStore(connection),
+        on_commit=lambda seq: reached.set() if seq >= last else None,
+        **options,
+    )
+    return worker, reached
+
+
+async def run_until(
+    worker: ProjectorWorker, reached: asyncio.Event, meanwhile: Awaitable[None] | None = None
+) -> None:
+    """Run ``worker`` (and ``meanwhile``) until ``reached`` is set, then stop it."""
+    worker.start()
+    try:
+        if meanwhile is not None:
+            await meanwhile
+        async with asyncio.timeout(30):
+            await reached.wait()
+    finally:
+        await worker.stop()
 
 
 async def test_every_way_of_consuming_and_applying_builds_the_same_read_model(
@@ -45,23 +77,17 @@ async def test_every_way_of_consuming_and_applying_builds_the_same_read_model(
         for standing, thread_bytes in ((True, None), (False, 0), (True, 1)):
             # When a projector of each kind builds its own copy from the log
             connection = open_database(tmp_path / f"copy-{standing}-{thread_bytes}.db")
-            reached = asyncio.Event()
-            worker = ProjectorWorker(
+            worker, reached = copy_projector(
                 writer.log,
-                SqliteReadModelStore(connection),
+                connection,
+                last,
                 demand=Demand(),
                 linger=0.01,
                 standing_pull=standing,
                 thread_bytes=thread_bytes,
                 thread_events=10_000,
-                on_commit=lambda seq, reached=reached: reached.set() if seq >= last else None,
             )
-            worker.start()
-            try:
-                async with asyncio.timeout(30):
-                    await reached.wait()
-            finally:
-                await worker.stop()
+            await run_until(worker, reached)
             sums[standing, thread_bytes] = {
                 name: checksum(connection, name) for name in ("sessions", "context", "registry")
             }
@@ -121,20 +147,10 @@ async def test_reads_that_apply_their_own_writes_build_the_same_read_model(
         # And a projector that reads every event from the log builds the same read model
         connection = open_database(tmp_path / "copy.db")
         last = await writer.log.stream_last_seq()
-        reached = asyncio.Event()
-        worker = ProjectorWorker(
-            writer.log,
-            SqliteReadModelStore(connection),
-            standing_pull=False,
-            thread_bytes=0,
-            on_commit=lambda seq: reached.set() if seq >= last else None,
+        worker, reached = copy_projector(
+            writer.log, connection, last, standing_pull=False, thread_bytes=0
         )
-        worker.start()
-        try:
-            async with asyncio.timeout(30):
-                await reached.wait()
-        finally:
-            await worker.stop()
+        await run_until(worker, reached)
         assert worker.own_batches == 0
         assert {name: checksum(connection, name) for name in ours} == ours
         connection.close()
@@ -157,23 +173,18 @@ async def test_a_batch_that_meets_a_locked_database_is_retried_and_logged_once_b
         connection.execute("PRAGMA busy_timeout = 50")
         blocker = sqlite3.connect(tmp_path / "copy.db", isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")
-        reached = asyncio.Event()
-        worker = ProjectorWorker(
-            writer.log,
-            SqliteReadModelStore(connection),
-            on_commit=lambda seq: reached.set() if seq >= last else None,
-        )
+        worker, reached = copy_projector(writer.log, connection, last)
         caplog.set_level(logging.WARNING, logger="memstream.workers.projector")
-        worker.start()
-        try:
+
+        async def release_later() -> None:
             # When the lock is held for a few retries, then released
             await asyncio.sleep(0.4)
             assert not reached.is_set()
             blocker.execute("ROLLBACK")
-            async with asyncio.timeout(30):
-                await reached.wait()
+
+        try:
+            await run_until(worker, reached, release_later())
         finally:
-            await worker.stop()
             blocker.close()
         # Then the first failure is one warning line naming the error (no traceback), later
         # ones are errors with their traceback, and nothing was lost
@@ -216,18 +227,8 @@ async def test_concurrent_agent_loops_applying_their_own_writes_match_a_rebuild(
         # Then a projector that reads every event from the log builds the same read model
         connection = open_database(tmp_path / "copy.db")
         last = await writer.log.stream_last_seq()
-        reached = asyncio.Event()
-        worker = ProjectorWorker(
-            writer.log,
-            SqliteReadModelStore(connection),
-            on_commit=lambda seq: reached.set() if seq >= last else None,
-        )
-        worker.start()
-        try:
-            async with asyncio.timeout(30):
-                await reached.wait()
-        finally:
-            await worker.stop()
+        worker, reached = copy_projector(writer.log, connection, last)
+        await run_until(worker, reached)
         assert {name: checksum(connection, name) for name in ours} == ours
         assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 200
         connection.close()
