@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.processes import script_json
 
 from memstream.client import open_memstream
 from memstream.projections.sqlite.checksum import checksum
@@ -22,6 +23,8 @@ from memstream.settings import Settings
 from memstream.workers.event_log import EventLog
 from memstream.workers.position import Demand
 from memstream.workers.projector import ProjectorWorker
+
+SESSION_PROCESS = Path(__file__).resolve().parents[1] / "support" / "session_process.py"
 
 
 def copy_projector(
@@ -231,6 +234,61 @@ async def test_concurrent_agent_loops_applying_their_own_writes_match_a_rebuild(
         await run_until(worker, reached)
         assert {name: checksum(connection, name) for name in ours} == ours
         assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 200
+        connection.close()
+        assert projector.own_batches > 0, "no read applied its own writes"
+    finally:
+        await writer.close()
+
+
+async def test_own_writes_applied_beside_another_process_writing_match_a_rebuild(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # Given a client whose projector runs in its process, and another OS process that appends
+    # to the same log a message every few milliseconds meanwhile
+    writer = await open_memstream(settings, workers=True)
+    try:
+        projector = writer.projector
+        assert projector is not None
+        other = asyncio.create_task(
+            asyncio.to_thread(
+                script_json,
+                SESSION_PROCESS,
+                "trickle",
+                str(settings.nats_url),
+                settings.stream,
+                str(settings.data_dir),
+                "elsewhere",
+                "150",
+            )
+        )
+        elsewhere = writer.session_subject("elsewhere")
+        deadline = time.monotonic() + 60
+        while not await writer.log.last_seq(elsewhere):  # the other process has started
+            assert time.monotonic() < deadline
+            assert not other.done()
+            await asyncio.sleep(0.01)
+        # When this client runs an agent loop (append, then read the history) meanwhile
+        session = writer.session("here")
+        seqs = []
+        for i in range(120):
+            message = {"id": f"m{i}", "role": "user", "content": f"turn {i}"}
+            seqs.append(await session.append_message(message))
+            assert (await session.get_history())[-1]["id"] == f"m{i}"
+            await asyncio.sleep(0.002)
+        assert (await other)["appended"] == 150
+        assert seqs[-1] - seqs[0] + 1 > len(seqs)  # the other's writes fell between ours
+        await writer.sync("sessions")
+        # Then both sessions are whole, and the copy equals one built from the log alone
+        assert len(await writer.session("elsewhere").get_history()) == 150
+        ours = {
+            name: checksum(projector.store.connection, name)  # type: ignore[attr-defined]
+            for name in ("sessions", "registry")
+        }
+        connection = open_database(tmp_path / "copy.db")
+        worker, reached = copy_projector(writer.log, connection, await writer.log.stream_last_seq())
+        await run_until(worker, reached)
+        assert {name: checksum(connection, name) for name in ours} == ours
+        assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 270
         connection.close()
         assert projector.own_batches > 0, "no read applied its own writes"
     finally:

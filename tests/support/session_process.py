@@ -4,6 +4,9 @@
 ``COUNT`` messages ``m00000…`` in one chain (chains of 500) plus a side branch ``b1`` under
 ``m00010``, with the projector in this process, waits until the read model has them and exits.
 
+``python tests/support/session_process.py trickle NATS_URL STREAM DATA_DIR SESSION COUNT``
+appends ``COUNT`` messages one at a time, a few milliseconds apart, without workers.
+
 ``python tests/support/session_process.py first NATS_URL STREAM DATA_DIR SESSION`` connects
 without workers and runs, as its very first commands: an append of an id that exists, an append
 with the parent omitted, one under an existing parent deep in the chain, and one under an
@@ -76,11 +79,27 @@ async def first(settings: Settings, session_id: str) -> dict[str, Any]:
         await ms.close()
 
 
+async def trickle(settings: Settings, session_id: str, count: int) -> dict[str, Any]:
+    """Append ``count`` messages one at a time, a moment apart, without workers: another
+    process's writes falling between the writes of a client under test."""
+    ms = await open_memstream(settings, workers=False)
+    try:
+        session = ms.session(session_id)
+        for i in range(count):
+            await session.append_message(_message(f"t{i:05d}"))
+            await asyncio.sleep(0.003)
+        return {"appended": count, "last_write_seq": ms.last_write_seq}
+    finally:
+        await ms.close()
+
+
 def main(argv: list[str]) -> None:
     mode, url, stream, data_dir, session_id = argv[:5]
     settings = Settings(data_dir=Path(data_dir), nats_url=url, stream=stream)
     if mode == "fill":
         result = asyncio.run(fill(settings, session_id, int(argv[5])))
+    elif mode == "trickle":
+        result = asyncio.run(trickle(settings, session_id, int(argv[5])))
     else:
         result = asyncio.run(first(settings, session_id))
     print(json.dumps(result))
