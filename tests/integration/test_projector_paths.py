@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from support.processes import script_json
 
-from memstream.client import open_memstream
+from memstream.client import Memstream, open_memstream
 from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.store import SqliteReadModelStore
@@ -54,6 +54,31 @@ async def run_until(
             await reached.wait()
     finally:
         await worker.stop()
+
+
+async def live_and_rebuilt(
+    writer: Memstream, path: Path, names: tuple[str, ...], **options: Any
+) -> tuple[dict[str, str], dict[str, str], int, ProjectorWorker]:
+    """Checksums of ``names`` in the writer's read model (once it has the whole log) and in a
+    copy at ``path`` projected from the log alone by a projector made with ``options``; the
+    copy's message count, and that projector."""
+    projector = writer.projector
+    assert projector is not None
+    await writer.sync("sessions")
+    live = {
+        name: checksum(projector.store.connection, name)  # type: ignore[attr-defined]
+        for name in names
+    }
+    connection = open_database(path)
+    try:
+        last = await writer.log.stream_last_seq()
+        worker, reached = copy_projector(writer.log, connection, last, **options)
+        await run_until(worker, reached)
+        rebuilt = {name: checksum(connection, name) for name in names}
+        count = int(connection.execute("SELECT count(*) FROM messages").fetchone()[0])
+    finally:
+        connection.close()
+    return live, rebuilt, count, worker
 
 
 async def test_every_way_of_consuming_and_applying_builds_the_same_read_model(
@@ -138,25 +163,20 @@ async def test_reads_that_apply_their_own_writes_build_the_same_read_model(
         # Then most of its reads had its own writes applied at once (not all: the other
         # client's writes come between some of them and the projector's position)
         assert projector.own_batches >= 60, projector.own_batches
-        await writer.sync("sessions")
+        # And a projector that reads every event from the log builds the same read model
+        ours, rebuilt, _, worker = await live_and_rebuilt(
+            writer,
+            tmp_path / "copy.db",
+            ("sessions", "context", "registry"),
+            standing_pull=False,
+            thread_bytes=0,
+        )
+        assert worker.own_batches == 0
+        assert rebuilt == ours
         deadline = time.monotonic() + 10
         while projector.stats.skipped < projector.own_batches:  # their deliveries: passed over
             assert time.monotonic() < deadline, projector.stats
             await asyncio.sleep(0.01)
-        ours = {
-            name: checksum(projector.store.connection, name)  # type: ignore[attr-defined]
-            for name in ("sessions", "context", "registry")
-        }
-        # And a projector that reads every event from the log builds the same read model
-        connection = open_database(tmp_path / "copy.db")
-        last = await writer.log.stream_last_seq()
-        worker, reached = copy_projector(
-            writer.log, connection, last, standing_pull=False, thread_bytes=0
-        )
-        await run_until(worker, reached)
-        assert worker.own_batches == 0
-        assert {name: checksum(connection, name) for name in ours} == ours
-        connection.close()
     finally:
         await other.close()
         await writer.close()
@@ -222,19 +242,12 @@ async def test_concurrent_agent_loops_applying_their_own_writes_match_a_rebuild(
 
         # When eight agent loops run at once in it (their acks and reads interleave)
         await asyncio.gather(*(loop(s) for s in range(8)))
-        await writer.sync("sessions")
-        ours = {
-            name: checksum(projector.store.connection, name)  # type: ignore[attr-defined]
-            for name in ("sessions", "registry")
-        }
         # Then a projector that reads every event from the log builds the same read model
-        connection = open_database(tmp_path / "copy.db")
-        last = await writer.log.stream_last_seq()
-        worker, reached = copy_projector(writer.log, connection, last)
-        await run_until(worker, reached)
-        assert {name: checksum(connection, name) for name in ours} == ours
-        assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 200
-        connection.close()
+        ours, rebuilt, messages, _ = await live_and_rebuilt(
+            writer, tmp_path / "copy.db", ("sessions", "registry")
+        )
+        assert rebuilt == ours
+        assert messages == 200
         assert projector.own_batches > 0, "no read applied its own writes"
     finally:
         await writer.close()
@@ -280,16 +293,47 @@ async def test_own_writes_applied_beside_another_process_writing_match_a_rebuild
         await writer.sync("sessions")
         # Then both sessions are whole, and the copy equals one built from the log alone
         assert len(await writer.session("elsewhere").get_history()) == 150
-        ours = {
-            name: checksum(projector.store.connection, name)  # type: ignore[attr-defined]
-            for name in ("sessions", "registry")
-        }
-        connection = open_database(tmp_path / "copy.db")
-        worker, reached = copy_projector(writer.log, connection, await writer.log.stream_last_seq())
-        await run_until(worker, reached)
-        assert {name: checksum(connection, name) for name in ours} == ours
-        assert connection.execute("SELECT count(*) FROM messages").fetchone()[0] == 270
-        connection.close()
+        ours, rebuilt, messages, _ = await live_and_rebuilt(
+            writer, tmp_path / "copy.db", ("sessions", "registry")
+        )
+        assert rebuilt == ours
+        assert messages == 270
         assert projector.own_batches > 0, "no read applied its own writes"
+    finally:
+        await writer.close()
+
+
+async def test_a_failed_apply_for_a_reader_leaves_the_events_to_their_delivery(
+    settings: Settings,
+) -> None:
+    # Given a client whose projector runs in its process, whose store fails the next batches
+    # applied for readers (as a locked or full disk would)
+    writer = await open_memstream(settings, workers=True)
+    try:
+        projector = writer.projector
+        assert projector is not None
+        store = projector.store
+        apply = store.apply
+        failures = 0
+
+        def failing(entries: Any, *args: Any, **kwargs: Any) -> int:
+            nonlocal failures
+            # (only apply_own calls apply on the event loop: deliveries of small batches step)
+            if failures < 3:
+                failures += 1
+                raise sqlite3.OperationalError("disk I/O error")
+            return apply(entries, *args, **kwargs)
+
+        store.apply = failing  # type: ignore[method-assign]
+        session = writer.session("s")
+        # When it appends and reads
+        for i in range(5):
+            await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
+            history = await session.get_history()
+            # Then every read still sees its write (the delivery applied it), once
+            assert [m["id"] for m in history] == [f"m{n}" for n in range(i + 1)]
+        assert failures == 3
+        assert projector.own_batches == 2
+        assert projector.stats.dead_lettered == 0
     finally:
         await writer.close()
