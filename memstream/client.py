@@ -57,7 +57,7 @@ from memstream.workers.event_log import (
 from memstream.workers.extractor import ExtractorWorker
 from memstream.workers.indexer import LazyEncoder
 from memstream.workers.position import Demand, PositionWatch
-from memstream.workers.projector import DEFAULT_LINGER, ProjectorWorker
+from memstream.workers.projector import DEFAULT_LINGER, HeldOwn, ProjectorWorker
 from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
 from memstream.workers.subjects import demand_subject, subject_for
 
@@ -65,6 +65,12 @@ logger = logging.getLogger(__name__)
 # At most this many of a client's own events are kept for the projector of its process to apply
 # for a reader (it forgets them as it commits; older ones are its to deliver).
 OWN_EVENTS = 10_000
+# Writes that apply nothing early (see Memstream._speculate) after one whose sequence another
+# writer's event took: 1, 3, 7, ... after 1, 2, 3, ... misses in a row, at most this many.
+SPECULATION_PAUSE = 31
+# How long a write's events stay applied-but-uncommitted while its acknowledgement is awaited:
+# then they are rolled back (the projector and other writers to the read model wait meanwhile).
+HOLD_SECONDS = 0.1
 A = TypeVar("A", bound=Aggregate)
 R = TypeVar("R")
 
@@ -95,6 +101,9 @@ class Memstream:
         self.log = log
         self.runtime = runtime
         self.projector: ProjectorWorker | None = None
+        # Own writes applied while their acknowledgement is on its way (see _speculate);
+        # False: applied after it, for a reader (_apply_own), or when delivered.
+        self.overlap_writes = True
         self.indexer: ProjectorWorker | None = None
         self.extractor: ExtractorWorker | None = None
         # The embedding model: the indexer's and recall's, loaded at its first use.
@@ -116,6 +125,15 @@ class Memstream:
         self._subjects: dict[str, str] = {}
         # This client's events that the projector of this process has not committed yet.
         self._own: deque[LogEntry] = deque()
+        # Whether a read waited since this client's last write (see _speculate), and the
+        # writes left before it speculates again after a miss.
+        self._read_since_write = False
+        self._speculation_pause = 0
+        self._speculation_misses = 0  # in a row
+        # Writes whose events were applied during their round trip, and those rolled back
+        # (another event took their sequence): for tests and benchmarks.
+        self.overlapped_writes = 0
+        self.missed_overlaps = 0
 
     def _read_from(self, read_models: ReadModels) -> None:
         self.read_models = read_models
@@ -129,6 +147,7 @@ class Memstream:
             self._empty_session,
             snapshots=read_models.session_snapshots(self.namespace),
             published=self._published,
+            speculate=self._speculate,
         )
         # Blocks likewise, from the context read model (a block's writes each carry its whole
         # content: replaying them read every version of it).
@@ -137,18 +156,21 @@ class Memstream:
             lambda key: ContextDocument.empty(self.namespace, key),
             snapshots=read_models.document_snapshots(self.namespace),
             published=self._published,
+            speculate=self._speculate,
         )
         self.search_indexes = AggregateStore(
             self.log,
             lambda key: SearchIndex.empty(self.namespace, key),
             snapshots=read_models.search_snapshots(self.namespace),
             published=self._published,
+            speculate=self._speculate,
         )
         self.records = AggregateStore(
             self.log,
             lambda key: SessionRecord.empty(self.namespace, key),
             snapshots=read_models.record_snapshots(self.namespace),
             published=self._published,
+            speculate=self._speculate,
         )
 
     @property
@@ -192,6 +214,7 @@ class Memstream:
                 self.log,
                 lambda key: MemoryProfile.empty(namespace, key),
                 published=self._published,
+                speculate=self._speculate,
             )
         subject = subject_for(self.log.subject_prefix, namespace, "profile", profile)
         result = await self._execute(store, subject, profile, decide, meta)
@@ -256,6 +279,47 @@ class Memstream:
                 own.append(entry)
         while len(own) > OWN_EVENTS:
             own.popleft()
+
+    def _speculate(self, subject: str, messages: Sequence[OutgoingMessage]) -> _OwnWrite | None:
+        """Before a publish: have the projector of this process apply the events while their
+        acknowledgement is on its way (:meth:`ProjectorWorker.hold_own`), at the sequences
+        they get if no other event is stored before them, and commit them if the
+        acknowledgement says they did (else roll them back). The reader that follows finds
+        them projected; the projection overlapped the round trip instead of following it.
+
+        Only for a client that reads what it wrote (a read waited since its last write: an
+        agent loop, not a burst of writes, which the projector applies in batches), while every
+        earlier event of this client is projected, and not for a while after a miss (another
+        writer's event came first).
+        """
+        projector = self.projector
+        if projector is None or not self.overlap_writes or not self._read_since_write:
+            return None
+        self._read_since_write = False
+        if self._speculation_pause:
+            self._speculation_pause -= 1
+            return None
+        own = self._own
+        committed = projector.committed
+        while own and own[0].seq <= committed:
+            own.popleft()
+        if own:
+            return None
+        entries = []
+        for index, message in enumerate(messages):
+            headers = dict(message.headers)
+            headers[H_MSG_ID] = message.msg_id
+            entries.append(LogEntry(committed + 1 + index, subject, message.payload, headers))
+        return _OwnWrite(self, projector, entries)
+
+    def _speculation_ended(self, committed: bool) -> None:
+        if committed:
+            self.overlapped_writes += 1
+            self._speculation_misses = 0
+        else:
+            self.missed_overlaps += 1
+            self._speculation_misses = misses = min(self._speculation_misses + 1, 5)
+            self._speculation_pause = min(2**misses - 1, SPECULATION_PAUSE)
 
     def _apply_own(self, projection: str, target: int) -> None:
         """A reader here waits for ``target``: if the events up to it are this client's own,
@@ -430,6 +494,7 @@ class Memstream:
                 process runs the projector).
         """
         self._reopen_if_replaced()
+        self._read_since_write = True
         target = self.read_floor if seq is None else max(seq, self.connected_seq)
         watch = self.positions[projection]
         if target > watch.position and self._own:
@@ -657,3 +722,42 @@ async def connect(
         yield ms
     finally:
         await ms.close()
+
+
+class _OwnWrite:
+    """A client's events applied while their acknowledgement is on its way (a
+    :class:`~memstream.workers.aggregate_store.Speculation`): see
+    :meth:`Memstream._speculate`."""
+
+    __slots__ = ("_client", "_entries", "_held", "_projector", "_timer")
+
+    def __init__(
+        self, client: Memstream, projector: ProjectorWorker, entries: list[LogEntry]
+    ) -> None:
+        self._client = client
+        self._projector = projector
+        self._entries = entries
+        self._held: HeldOwn | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        try:
+            self._held = self._projector.hold_own(self._entries)
+        except Exception:  # called inside a publish, which must not fail for it
+            logger.debug("holding own events failed", exc_info=True)
+        if self._held is not None:
+            self._timer = asyncio.get_running_loop().call_later(HOLD_SECONDS, self.finish, None)
+
+    def finish(self, first: int | None) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        held, self._held = self._held, None
+        if held is None:
+            return
+        if first == self._entries[0].seq:
+            if held.commit():  # its commit forgets them (_projected)
+                self._client._speculation_ended(True)
+        else:
+            held.abandon()
+            self._client._speculation_ended(False)

@@ -60,7 +60,11 @@ class Log(Protocol):
     """What the store needs of the log (:class:`~memstream.workers.event_log.EventLog`)."""
 
     async def publish(
-        self, subject: str, messages: Sequence[OutgoingMessage], expected_last_seq: int | None
+        self,
+        subject: str,
+        messages: Sequence[OutgoingMessage],
+        expected_last_seq: int | None,
+        while_waiting: Callable[[], None] | None = None,
     ) -> PublishResult: ...
 
     def read_subject(self, subject: str, after_seq: int = 0) -> AsyncIterator[LogEntry]: ...
@@ -97,6 +101,22 @@ class Decided(Generic[R_co]):
 # the first (an atomic batch is stored contiguously).
 Published = Callable[[str, Sequence[OutgoingMessage], int], None]
 
+
+class Speculation(Protocol):
+    """Work that a publish's round trip can overlap (see :data:`Speculate`)."""
+
+    def start(self) -> None:
+        """The events are on their way to the log: do the work (it must not raise)."""
+
+    def finish(self, first: int | None) -> None:
+        """The log stored the events from sequence ``first`` on, or not at all (``None``: a
+        refusal, a duplicate, a timeout). Called once, whether or not :meth:`start` was."""
+
+
+# Asked before each publish with its subject and messages: work to overlap with the publish's
+# round trip, or None.
+Speculate = Callable[[str, Sequence[OutgoingMessage]], Speculation | None]
+
 # A decision: the events it decides on the aggregate, or those and a value (:class:`Decided`).
 Decide = Callable[[A], Sequence[Aggregate.Event] | Decided[R]]
 
@@ -125,9 +145,11 @@ class AggregateStore(Generic[A]):
         cache_size: int = CACHE_SIZE,
         retry_seconds: float = RETRY_SECONDS,
         published: Published | None = None,
+        speculate: Speculate | None = None,
     ) -> None:
         self.log = log
         self.published = published
+        self.speculate = speculate
         self.retry_seconds = retry_seconds
         self.snapshots = snapshots
         self._empty = empty
@@ -186,18 +208,30 @@ class AggregateStore(Generic[A]):
                     )
                     for i, event in enumerate(events)
                 ]
+                speculation = self.speculate(subject, outgoing) if self.speculate else None
                 try:
-                    result = await self.log.publish(subject, outgoing, cached.seq)
+                    if speculation is None:
+                        result = await self.log.publish(subject, outgoing, cached.seq)
+                    else:
+                        result = await self.log.publish(
+                            subject, outgoing, cached.seq, speculation.start
+                        )
                 except ExpectedSequenceMismatch:
+                    if speculation is not None:
+                        speculation.finish(None)
                     await self._fast_forward(subject, cached)
                     if attempt > 2:  # jitter, so that writers who lost together spread out
                         await asyncio.sleep(random.uniform(0, 0.0005 * 2 ** min(attempt, 5)))
                     continue
                 except BaseException:
+                    if speculation is not None:
+                        speculation.finish(None)
                     # Unknown outcome (timeout, disconnect): the cache may be stale; reload later.
                     self._cache.pop(subject, None)
                     raise
                 if result.duplicate:
+                    if speculation is not None:
+                        speculation.finish(None)
                     # An earlier attempt of this command is already in the log: read it back.
                     await self._fast_forward(subject, cached)
                     return CommandResult((), cached.seq, value)
@@ -205,7 +239,9 @@ class AggregateStore(Generic[A]):
                 first = result.seq - len(events) + 1  # an atomic batch is stored contiguously
                 cached.pending.extend((first + i, event) for i, event in enumerate(events))
                 cached.seq = result.seq
-                self._apply_now(cached)
+                self._apply_now(cached)  # before a speculation commits what the guard reads
+                if speculation is not None:
+                    speculation.finish(first)
                 if self.published is not None:
                     self.published(subject, outgoing, first)
                 return CommandResult(events, result.seq, value)

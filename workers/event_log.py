@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -272,17 +272,25 @@ class EventLog:
             raise UnavailableError(f"NATS stream {self.stream!r} unavailable: {error}") from error
 
     async def publish(
-        self, subject: str, messages: Sequence[OutgoingMessage], expected_last_seq: int | None
+        self,
+        subject: str,
+        messages: Sequence[OutgoingMessage],
+        expected_last_seq: int | None,
+        while_waiting: Callable[[], None] | None = None,
     ) -> PublishResult:
         """Append messages to one subject, the first guarded by the expected last sequence.
 
         A single message is one atomic publish. Several messages are sent as one JetStream atomic
-        batch, so they commit all or none.
+        batch, so they commit all or none. ``while_waiting``: called once a single message is on
+        its way, before its acknowledgement is awaited (only by a :class:`MemstreamNatsClient`;
+        never for a batch, nor when the message could not be written at once).
 
         Raises:
             ExpectedSequenceMismatch: the subject moved on (another writer won).
             UnavailableError: NATS did not acknowledge within the timeout.
         """
+        if while_waiting is not None and len(messages) == 1:
+            return await self._publish_one(subject, messages[0], expected_last_seq, while_waiting)
         expected = {} if expected_last_seq is None else {subject: expected_last_seq}
         return await self.publish_many([(subject, message) for message in messages], expected)
 
@@ -322,7 +330,11 @@ class EventLog:
             )
 
     async def _publish_one(
-        self, subject: str, message: OutgoingMessage, expected_last_seq: int | None
+        self,
+        subject: str,
+        message: OutgoingMessage,
+        expected_last_seq: int | None,
+        while_waiting: Callable[[], None] | None = None,
     ) -> PublishResult:
         headers = dict(message.headers)
         headers[H_MSG_ID] = message.msg_id
@@ -332,9 +344,15 @@ class EventLog:
         try:
             # A plain request with the ack parsed here: js.publish would build a PubAck
             # dataclass field by field for every write (a measurable share of an append).
-            reply = await self.client.request(
-                subject, message.payload, timeout=self.timeout, headers=headers
-            )
+            client = self.client
+            if while_waiting is not None and isinstance(client, MemstreamNatsClient):
+                reply = await client.request_overlapped(
+                    subject, message.payload, self.timeout, headers, while_waiting
+                )
+            else:
+                reply = await client.request(
+                    subject, message.payload, timeout=self.timeout, headers=headers
+                )
         except _TRANSIENT as error:
             raise UnavailableError(
                 f"NATS did not acknowledge a write to {subject}: {error!r}"

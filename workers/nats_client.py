@@ -30,9 +30,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from nats import errors
-from nats.aio.client import Client
+from nats.aio.client import NO_RESPONDERS_STATUS, Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.js import api
 from nats.protocol import command as prot_command
 
 # nats-py's rule for a header name (an HTTP token) and its newline replacement in values.
@@ -45,6 +46,8 @@ _MSG_ID = "Nats-Msg-Id"
 BATCH_ID = "Nats-Batch-Id"
 BATCH_SEQUENCE = "Nats-Batch-Sequence"
 BATCH_COMMIT = "Nats-Batch-Commit"
+# Turns of the event loop request_overlapped gives nats-py's flusher to write a request.
+_FLUSHER_TURNS = 4
 # One message of a batch: subject, payload, headers (without the batch's own).
 BatchMessage = tuple[str, bytes, Mapping[str, str]]
 
@@ -54,6 +57,8 @@ class MemstreamNatsClient(Client):
 
     def __init__(self) -> None:
         super().__init__()
+        # request_overlapped writes a request itself (True) or lets nats-py's flusher (False).
+        self.write_early = True
         self._prefixes: dict[str, bytes] = {}  # name → b"Name: " once validated (names repeat)
         self._direct: dict[int, Callable[[Msg], None]] = {}  # sid → handler
         self._replies: dict[str, asyncio.Future[Msg]] = {}  # request token → its reply
@@ -131,6 +136,65 @@ class MemstreamNatsClient(Client):
             expiry.cancel()
             del self._replies[token]
             self._in_flight.pop(token, None)
+
+    async def request_overlapped(
+        self,
+        subject: str,
+        payload: bytes,
+        timeout: float,
+        headers: dict[str, Any],
+        while_waiting: Callable[[], None],
+    ) -> Msg:
+        """:meth:`request`, calling ``while_waiting()`` once the request is on its way to the
+        server and before its reply is awaited: work that does not need the reply (or that
+        the reply confirms) overlaps the round trip instead of following it. Not called when
+        the request could not be written at once (reconnecting, say).
+
+        The request is written to the socket at once (:attr:`write_early`, nats-py's flusher
+        task would write it at its next turn of the event loop); with ``write_early`` False,
+        the loop is given turns until the flusher has.
+        """
+        if self.is_draining_pubs:
+            raise errors.ConnectionDrainingError
+        await self._ensure_reply_subscription()
+        self._request_count += 1
+        token = str(self._request_count)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Msg] = loop.create_future()
+        self._replies[token] = future
+        number = self._connection_number + (0 if self.is_connected else 1)
+        self._in_flight[token] = (number, subject, payload, headers)
+        expiry = loop.call_later(timeout, _expire, future)
+        try:
+            await self.publish(subject, payload, reply=self._reply_prefix + token, headers=headers)
+            if await self._written() and not future.done():
+                while_waiting()
+            msg = await future
+        finally:
+            expiry.cancel()
+            del self._replies[token]
+            self._in_flight.pop(token, None)
+        # As nats-py's request does.
+        if msg.headers and msg.headers.get(api.Header.STATUS) == NO_RESPONDERS_STATUS:
+            raise errors.NoRespondersError
+        return msg
+
+    async def _written(self) -> bool:
+        """Write what is pending to the connection now; False if it could not be."""
+        if not self.is_connected or self._transport is None:
+            return False
+        if self.write_early:
+            # As nats-py 2.16's _flusher does at its next turn (it then finds nothing to write).
+            if self._pending_data_size:
+                self._transport.writelines(self._pending[:])
+                self._pending = []
+                self._pending_data_size = 0
+            return True
+        for _ in range(_FLUSHER_TURNS):
+            if not self._pending_data_size:
+                return True
+            await asyncio.sleep(0)
+        return not self._pending_data_size
 
     async def request_batch(self, messages: Sequence[BatchMessage], timeout: float) -> Msg:
         """Publish ``messages`` as one JetStream atomic batch and wait for its acknowledgement

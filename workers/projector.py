@@ -16,7 +16,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Sequence
 from typing import Any
 
 import nats.errors
@@ -35,6 +35,7 @@ from memstream.projections.ports import (
     ReadModelCopy,
     ReadModelRewound,
     ReadModelStore,
+    run_steps,
     step,
 )
 from memstream.workers.event_log import EventLog, LogEntry
@@ -73,6 +74,8 @@ STOP_DRAIN_SECONDS = 5.0
 # How long a projector waits before trying again to replace a damaged read model it could not.
 RENEW_RETRY = 5.0
 PROJECTOR_CONSUMER_PREFIX = "projector-"
+# A batch "waiting for" this refuses every writer's hold (see ProjectorWorker.hold_own).
+_NO_HOLDS = 2**63 - 1
 
 
 def projector_consumer(copy: str, projections: Sequence[str] = PROJECTOR_PROJECTIONS) -> str:
@@ -96,6 +99,48 @@ def claim_copy(copy: ReadModelCopy, projections: Sequence[str] = PROJECTIONS) ->
         UnavailableError: the copy cannot be opened.
     """
     return copy.claim(projections)
+
+
+class HeldOwn:
+    """A writer's own events applied by :meth:`ProjectorWorker.hold_own`, their transaction
+    still open: exactly one of :meth:`commit` and :meth:`abandon` ends it."""
+
+    __slots__ = ("_projector", "_stats", "_steps", "ended")
+
+    def __init__(
+        self, projector: ProjectorWorker, steps: Generator[None, None, int], stats: ProjectorStats
+    ) -> None:
+        self._projector = projector
+        self._steps: Generator[None, None, int] | None = steps
+        self._stats = stats
+        self.ended: asyncio.Event | None = None  # made for a batch that waits for the end
+
+    def commit(self) -> bool:
+        """Commit the events (the log has them at the sequences they were applied with);
+        True if done. On a failure nothing is written and their delivery applies them."""
+        steps, self._steps = self._steps, None
+        if steps is None:
+            return False
+        seq: int | None = None
+        try:
+            seq = run_steps(steps)
+        except Exception:
+            logger.debug("projector: committing own events failed", exc_info=True)
+        finally:
+            self._projector._end_hold(self, seq, self._stats)
+        return seq is not None
+
+    def abandon(self) -> None:
+        """Roll the events back (the log did not store them at those sequences, or at all)."""
+        steps, self._steps = self._steps, None
+        if steps is None:
+            return
+        try:
+            steps.close()
+        except Exception:
+            logger.debug("projector: rolling back own events failed", exc_info=True)
+        finally:
+            self._projector._end_hold(self, None, self._stats)
 
 
 class ProjectorWorker:
@@ -152,6 +197,8 @@ class ProjectorWorker:
         self._damage: str | None = None  # why the read model must be replaced, once known
         self._batch_done: asyncio.Event | None = None  # set while a fetched batch is in hand
         self._applying = False  # a batch's transaction may be open (or a thread has the store)
+        self._held: HeldOwn | None = None  # a writer's own events, their transaction open
+        self._waiting_for = 0  # the last sequence of a batch waiting for a hold to end
         self._closed = False
 
     @classmethod
@@ -280,26 +327,54 @@ class ProjectorWorker:
         records the positions), so the delivery, when it comes, is passed over. On a failure
         nothing is written and the delivery applies them (with its retries and dead letters).
         """
+        held = self.hold_own(entries)
+        return held is not None and held.commit()
+
+    def hold_own(self, entries: Sequence[LogEntry]) -> HeldOwn | None:
+        """Apply events this process is writing as :meth:`apply_own` does, but leave their
+        transaction open: :meth:`HeldOwn.commit` commits it, :meth:`HeldOwn.abandon` rolls it
+        back. ``None`` where :meth:`apply_own` would not apply them, or when applying failed
+        (nothing is then written).
+
+        A writer calls it while the log's acknowledgement of the events is on its way, with the
+        sequences they will get if nobody else writes first, and commits only if the
+        acknowledgement says they got them (see :class:`memstream.client.Memstream`): the
+        projection's work overlaps the publish round trip. Until the transaction ends, the
+        projector applies no batch and lends its store to no reader.
+        """
         if (
             not entries
             or entries[0].seq != self._committed + 1
             or not self.running
             or self.idle_store() is None  # a batch is being applied, or damage was found
+            or self._waiting_for > self._committed  # a batch holds events not yet applied
             or self.in_thread
             or any(b.seq != a.seq + 1 for a, b in itertools.pairwise(entries))
             or (self.thread_bytes and sum(len(e.payload) for e in entries) >= self.thread_bytes)
             or self.store.replaced()
         ):
-            return False
+            return None
         stats = ProjectorStats()
+        steps = self.store.steps(entries, stats, committed=self._committed, hold=True)
         self._applying = True
         try:
-            seq = self.store.apply(entries, stats, committed=self._committed)
+            next(steps)  # everything but the commit
         except Exception:  # the delivery meets it again, with retries (and reports)
-            logger.debug("projector %s: applying own events failed", self.durable, exc_info=True)
-            return False
-        finally:
             self._applying = False
+            logger.debug("projector %s: applying own events failed", self.durable, exc_info=True)
+            return None
+        self._held = held = HeldOwn(self, steps, stats)
+        return held
+
+    def _end_hold(self, held: HeldOwn, seq: int | None, stats: ProjectorStats) -> None:
+        """A held transaction ended: committed up to ``seq``, or rolled back (``None``)."""
+        if self._held is held:
+            self._held = None
+        self._applying = False
+        if held.ended is not None:
+            held.ended.set()
+        if seq is None:
+            return
         self.stats.batches += stats.batches
         self.stats.applied += stats.applied
         self.stats.skipped += stats.skipped
@@ -307,7 +382,18 @@ class ProjectorWorker:
         self._committed = seq
         if self.on_commit:
             self.on_commit(seq)
-        return True
+
+    async def _wait_for_hold(self, last: int) -> None:
+        """Before applying a batch up to sequence ``last``: wait while a writer's own events
+        are held open (their transaction is on the store's connection), unless their commit
+        made the batch's events applied already (their deliveries). Meanwhile no further
+        events are held, so the batch is not kept waiting by one writer's hold after another.
+        """
+        while (held := self._held) is not None and last > self._committed:
+            self._waiting_for = max(self._waiting_for, last)
+            if held.ended is None:
+                held.ended = asyncio.Event()
+            await held.ended.wait()
 
     def report_damage(self, reason: str, identity: Hashable | None) -> None:
         """A reader in this process met damage in the read-model copy ``identity``: replace it
@@ -360,6 +446,8 @@ class ProjectorWorker:
     async def close(self) -> None:
         """Stop, close the database and give up the copy's lock."""
         await self.stop()
+        if self._held is not None:
+            self._held.abandon()  # its writer's read then waits, and fails, as without it
         self._closed = True
         await asyncio.to_thread(self.store.close)  # may wait for background upkeep
         if self.lock is not None:
@@ -378,6 +466,10 @@ class ProjectorWorker:
     async def _run(self) -> None:
         while not self._stopping.is_set():
             try:
+                # Positions are read below: not inside a writer's open transaction, and no
+                # writer's events are held until the consumer is positioned.
+                self._waiting_for = _NO_HOLDS
+                await self._wait_for_hold(_NO_HOLDS)
                 if not self._renew_read_model():
                     await asyncio.sleep(RENEW_RETRY)
                     continue
@@ -386,6 +478,7 @@ class ProjectorWorker:
                 if self.on_commit:
                     self.on_commit(self._committed)
                 puller = await self._bind()
+                self._waiting_for = 0
                 try:
                     await self._consume(puller)
                 finally:
@@ -448,9 +541,14 @@ class ProjectorWorker:
             if not msgs:
                 continue
             self._batch_done = done = asyncio.Event()
+            # No writer's events are held from now until the batch is applied, unless their
+            # commit covers it (hold_own).
+            self._waiting_for = stream_sequence(msgs[-1])
             try:
                 if len(msgs) < self.batch_size and self.linger > 0:
                     msgs += await self._linger(fetch, self.batch_size - len(msgs))
+                    self._waiting_for = stream_sequence(msgs[-1])
+                await self._wait_for_hold(self._waiting_for)
                 # A reader here may have had its own events applied meanwhile (apply_own).
                 entries = [
                     LogEntry(seq, m.subject, m.data, dict(m.headers or {}))
@@ -464,6 +562,7 @@ class ProjectorWorker:
                     if self.on_commit:
                         self.on_commit(seq)
             finally:
+                self._waiting_for = 0
                 self._batch_done = None
                 done.set()
             self._unacked = msgs[-1]

@@ -295,10 +295,12 @@ def batch_steps(
     committed: int | None = None,
     memo: BatchMemo | None = None,
     checkpointer: Checkpointer | None = None,
+    hold: bool = False,
 ) -> Generator[None, None, int]:
     """Apply entries in one transaction, pausing (``yield``) after each event, and commit;
     the generator returns the highest sequence now tracked. Closing it before its end rolls the
-    transaction back.
+    transaction back. ``hold``: pause once only, after every write and the new positions, just
+    before the commit (which the next step makes).
 
     ``committed`` is the lowest position the caller knows it committed before. When the read
     model is behind it inside this transaction (another process dropped it to rebuild it),
@@ -369,10 +371,13 @@ def batch_steps(
                         applied = True
                     positions[projection.name] = entry.seq
                 done.applied += applied
-                yield
+                if not hold:
+                    yield
             for projection in projections:
                 projection.before_commit(connection)
             set_tracked_seqs(connection, positions)
+            if hold:
+                yield
             connection.execute("COMMIT")
         except BaseException:
             if memo is not None:

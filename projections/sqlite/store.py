@@ -135,7 +135,12 @@ class SqliteReadModelStore:
             return tracked_seqs(self.connection, list(self._names))
 
     def steps(
-        self, records: Sequence[LogRecord], stats: ProjectorStats, *, committed: int | None = None
+        self,
+        records: Sequence[LogRecord],
+        stats: ProjectorStats,
+        *,
+        committed: int | None = None,
+        hold: bool = False,
     ) -> Generator[None, None, int]:
         return batch_steps(
             self.connection,
@@ -145,6 +150,7 @@ class SqliteReadModelStore:
             committed=committed,
             memo=self._memo,
             checkpointer=self._checkpointer,
+            hold=hold,
         )
 
     def apply(

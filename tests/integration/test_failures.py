@@ -146,9 +146,13 @@ async def test_projector_killed_mid_projection_resumes_without_loss_or_duplicate
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("per_write", [1, 3], ids=["append_message", "append_messages"])
+@pytest.mark.parametrize(
+    ("per_write", "reads"),
+    [(1, False), (3, False), (1, True)],
+    ids=["append_message", "append_messages", "append_message-then-read"],
+)
 async def test_nats_restart_during_write_loop_loses_no_acknowledged_write(
-    tmp_path: Path, per_write: int
+    tmp_path: Path, per_write: int, reads: bool
 ) -> None:
     # Given a nats-server we control (fixed port and store dir) and a client projecting in-process
     port, store = free_port(), tmp_path / "nats-store"
@@ -166,7 +170,9 @@ async def test_nats_restart_during_write_loop_loses_no_acknowledged_write(
 
     async def write_loop() -> None:
         # A writer that retries a failed command with the same message ids (idempotent), one
-        # message per command or a chain of ``per_write`` (one atomic batch)
+        # message per command or a chain of ``per_write`` (one atomic batch); with ``reads``
+        # it reads the history after each write (an agent loop: its writes are applied by
+        # the projector here while their acknowledgement is on its way)
         for i in range(0, total, per_write):
             messages = [_message(n) for n in range(i, i + per_write)]
             while True:
@@ -183,6 +189,9 @@ async def test_nats_restart_during_write_loop_loses_no_acknowledged_write(
                     continue
                 acknowledged.extend(str(m["id"]) for m in messages)
                 break
+            if reads:
+                history = await session.get_history()
+                assert [m["id"] for m in history] == acknowledged
 
     writer = asyncio.create_task(write_loop())
     try:
@@ -213,6 +222,8 @@ async def test_nats_restart_during_write_loop_loses_no_acknowledged_write(
         assert [f for f in failures if f[0] > restarted_at] == []
         # And every acknowledged write is in the read model, exactly once, as one chain
         assert acknowledged == [f"m{i:05d}" for i in range(total)]
+        if reads:
+            assert ms.overlapped_writes > 100, ms.overlapped_writes
         history = await session.get_history()
         assert [m["id"] for m in history] == acknowledged
         # And the read model still equals a rebuild from the log

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -237,3 +238,72 @@ async def test_a_batch_lost_with_its_connection_is_sent_again_whole_on_reconnect
     finally:
         await client.close()
         server.stop()
+
+
+@pytest.mark.parametrize("write_early", [True, False], ids=["own-write", "nats-py-flusher"])
+async def test_an_overlapped_request_is_on_the_wire_before_the_work_beside_it_runs(
+    nats_server: NatsServerProcess, client: MemstreamNatsClient, write_early: bool
+) -> None:
+    # Given a responder in another thread (its own event loop and connection) that notes
+    # when a request reaches it
+    received = threading.Event()
+    ready = threading.Event()
+    loop = asyncio.new_event_loop()
+
+    async def serve() -> Any:
+        responder = await nats.connect(nats_server.url)
+
+        async def respond(msg: Msg) -> None:
+            received.set()
+            await msg.respond(b"done:" + msg.data)
+
+        await responder.subscribe("svc.slow", cb=respond)
+        await responder.flush()
+        ready.set()
+        return responder
+
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    responder = asyncio.run_coroutine_threadsafe(serve(), loop).result(10)
+    try:
+        assert ready.is_set()
+        client.write_early = write_early
+        seen: list[bool] = []
+
+        def beside() -> None:
+            # Blocks this event loop: the request can only reach the responder if it was
+            # written to the socket before this ran
+            seen.append(received.wait(timeout=5))
+
+        # When a request runs work beside its round trip
+        reply = await client.request_overlapped("svc.slow", b"x", 5, {"Nats-Msg-Id": "r1"}, beside)
+        # Then the work ran once, after the request was on its way, and the reply came back
+        assert seen == [True]
+        assert reply.data == b"done:x"
+        assert client._replies == {}
+        assert client._in_flight == {}
+    finally:
+        asyncio.run_coroutine_threadsafe(responder.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+async def test_an_overlapped_request_without_a_reply_fails_as_a_request_does(
+    client: MemstreamNatsClient,
+) -> None:
+    # Given a subscriber that never answers
+    silent = await client.subscribe("svc.silent", cb=_ignore)
+    calls: list[int] = []
+    # When a request with work beside it waits for a reply
+    with pytest.raises(nats.errors.TimeoutError):
+        await client.request_overlapped("svc.silent", b"x", 0.2, {}, lambda: calls.append(1))
+    # Then the work ran, the request timed out, and nothing is left waiting
+    assert calls == [1]
+    assert client._replies == {}
+    assert client._in_flight == {}
+    # And a subject with no subscriber at all is refused, as nats-py does
+    with pytest.raises(nats.errors.NoRespondersError):
+        await client.request_overlapped("svc.nobody", b"?", 5, {}, lambda: calls.append(2))
+    assert client._replies == {}
+    await silent.unsubscribe()

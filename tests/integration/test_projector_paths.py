@@ -6,21 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import sqlite3
+import threading
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.processes import script_json
 
-from memstream.client import Memstream, open_memstream
+from memstream.client import HOLD_SECONDS, Memstream, open_memstream
 from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.store import SqliteReadModelStore
 from memstream.settings import Settings
 from memstream.workers.event_log import EventLog
+from memstream.workers.nats_client import MemstreamNatsClient
+from memstream.workers.nats_server import NatsServerProcess, free_port
 from memstream.workers.position import Demand
 from memstream.workers.projector import ProjectorWorker
 
@@ -128,16 +132,26 @@ async def test_every_way_of_consuming_and_applying_builds_the_same_read_model(
         await writer.close()
 
 
+@pytest.mark.parametrize(
+    ("overlap", "write_early"),
+    [(True, True), (True, False), (False, True)],
+    ids=["during-the-round-trip", "during-it-nats-py-flusher", "after-the-ack"],
+)
 async def test_reads_that_apply_their_own_writes_build_the_same_read_model(
-    settings: Settings, tmp_path: Path
+    settings: Settings, tmp_path: Path, overlap: bool, write_early: bool
 ) -> None:
-    # Given a client whose projector runs in its process, and a client without workers that
-    # writes to the same log now and then
+    # Given a client whose projector runs in its process, applying its own writes while their
+    # acknowledgement is on its way (its own write to the socket, or nats-py's flusher task
+    # writing the request), or only after it; and a client without workers that writes to
+    # the same log now and then
     writer = await open_memstream(settings, workers=True)
     other = await open_memstream(settings, workers=False)
     try:
         projector = writer.projector
         assert projector is not None
+        writer.overlap_writes = overlap
+        assert isinstance(writer.client, MemstreamNatsClient)
+        writer.client.write_early = write_early
         # When the first client reads each session's history after each of its writes (an
         # agent loop), with the other's writes falling in between its own
         for s in range(3):
@@ -161,8 +175,16 @@ async def test_reads_that_apply_their_own_writes_build_the_same_read_model(
             assert len(history) == 29  # m5 deleted: the path runs from m6 (35 - 6)
             assert "fact" in await session.freeze_system_prompt()
         # Then most of its reads had its own writes applied at once (not all: the other
-        # client's writes come between some of them and the projector's position)
+        # client's writes come between some of them and the projector's position), during
+        # the writes' round trips if so chosen
         assert projector.own_batches >= 60, projector.own_batches
+        if overlap:
+            assert writer.overlapped_writes >= 50, (
+                writer.overlapped_writes,
+                writer.missed_overlaps,
+            )
+        else:
+            assert writer.overlapped_writes == writer.missed_overlaps == 0
         # And a projector that reads every event from the log builds the same read model
         ours, rebuilt, _, worker = await live_and_rebuilt(
             writer,
@@ -313,18 +335,22 @@ async def test_a_failed_apply_for_a_reader_leaves_the_events_to_their_delivery(
         projector = writer.projector
         assert projector is not None
         store = projector.store
-        apply = store.apply
+        steps = store.steps
         failures = 0
 
-        def failing(entries: Any, *args: Any, **kwargs: Any) -> int:
-            nonlocal failures
-            # (only apply_own calls apply on the event loop: deliveries of small batches step)
-            if failures < 3:
-                failures += 1
-                raise sqlite3.OperationalError("disk I/O error")
-            return apply(entries, *args, **kwargs)
+        def failing_steps() -> Generator[None, None, int]:
+            raise sqlite3.OperationalError("disk I/O error")
+            yield  # a generator, as steps are
 
-        store.apply = failing  # type: ignore[method-assign]
+        def failing(entries: Any, *args: Any, **kwargs: Any) -> Generator[None, None, int]:
+            nonlocal failures
+            # (only events applied for this process's writer are held: deliveries are not)
+            if kwargs.get("hold") and failures < 3:
+                failures += 1
+                return failing_steps()
+            return steps(entries, *args, **kwargs)
+
+        store.steps = failing  # type: ignore[method-assign]
         session = writer.session("s")
         # When it appends and reads
         for i in range(5):
@@ -333,7 +359,112 @@ async def test_a_failed_apply_for_a_reader_leaves_the_events_to_their_delivery(
             # Then every read still sees its write (the delivery applied it), once
             assert [m["id"] for m in history] == [f"m{n}" for n in range(i + 1)]
         assert failures == 3
-        assert projector.own_batches == 2
+        # (the last two writes at least were applied for their reader again)
+        assert projector.own_batches >= 2
         assert projector.stats.dead_lettered == 0
     finally:
         await writer.close()
+
+
+@pytest.mark.parametrize("where", ["another-session", "the-same-session"])
+async def test_a_write_whose_sequence_another_writer_took_rolls_its_projection_back(
+    settings: Settings, tmp_path: Path, where: str
+) -> None:
+    # Given a client whose projector applies its writes during their round trips (it read
+    # after its last write), and another client on its own event loop in another thread
+    writer = await open_memstream(settings, workers=True)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    other = asyncio.run_coroutine_threadsafe(open_memstream(settings, workers=False), loop).result(
+        30
+    )
+    try:
+        session = writer.session("s")
+        await session.append_message({"id": "m0", "role": "user", "content": "first"})
+        await session.get_history()
+        client = writer.client
+        assert isinstance(client, MemstreamNatsClient)
+        overlapped = client.request_overlapped
+        target = "s" if where == "the-same-session" else "o"
+
+        async def another_first(*args: Any, **kwargs: Any) -> Any:
+            # The other client's event is stored just before this one's, while this event
+            # loop is blocked: this projector cannot have seen it when it applies this write
+            asyncio.run_coroutine_threadsafe(
+                other.session(target).append_message(
+                    {"id": "x", "role": "user", "content": "in between"}
+                ),
+                loop,
+            ).result(10)
+            return await overlapped(*args, **kwargs)
+
+        client.request_overlapped = another_first  # type: ignore[method-assign]
+        # When it writes, and another event takes the sequence its projection assumed
+        await session.append_message({"id": "m1", "role": "user", "content": "second"})
+        client.request_overlapped = overlapped  # type: ignore[method-assign]
+        # Then that projection was rolled back, and the write and the other's are read whole
+        assert (writer.missed_overlaps, writer.overlapped_writes) == (1, 0)
+        expected = ["m0", "x", "m1"] if target == "s" else ["m0", "m1"]
+        assert [m["id"] for m in await session.get_history()] == expected
+        # And after one write that does not try, its writes overlap again
+        for i in range(2, 6):
+            await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
+            assert (await session.get_history())[-1]["id"] == f"m{i}"
+        assert writer.overlapped_writes == 3
+        assert [m["id"] for m in await writer.session("o").get_history()] == (
+            ["x"] if target == "o" else []
+        )
+        # And the read model equals one built from the log alone
+        ours, rebuilt, messages, _ = await live_and_rebuilt(
+            writer, tmp_path / "copy.db", ("sessions", "registry")
+        )
+        assert rebuilt == ours
+        assert messages == 7
+    finally:
+        asyncio.run_coroutine_threadsafe(other.close(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+        await writer.close()
+
+
+async def test_a_write_whose_acknowledgement_is_slow_rolls_its_projection_back_in_time(
+    tmp_path: Path,
+) -> None:
+    # Given a client on a server we can freeze, whose projector applies its writes during
+    # their round trips (it read after its last write)
+    server = NatsServerProcess.start(tmp_path / "store", port=free_port())
+    settings = Settings(data_dir=tmp_path / "data", nats_url=server.url, stream="SLOW")
+    writer = await open_memstream(settings, workers=True)
+    try:
+        projector = writer.projector
+        assert projector is not None
+        session = writer.session("s")
+        await session.append_message({"id": "m0", "role": "user", "content": "first"})
+        await session.get_history()
+        # When the server stops answering for a second while a write waits for its ack
+        server.process.send_signal(signal.SIGSTOP)
+        write = asyncio.create_task(
+            session.append_message({"id": "m1", "role": "user", "content": "second"})
+        )
+        await asyncio.sleep(0.3)
+        # Then its projection was rolled back after HOLD_SECONDS: the projector's store is
+        # free for batches and readers again, and nothing of the write is in the read model
+        assert HOLD_SECONDS < 0.3
+        assert not write.done()
+        assert projector.idle_store() is not None
+        assert (writer.missed_overlaps, writer.overlapped_writes) == (1, 0)
+        connection = sqlite3.connect(settings.data_dir / "memstream.db")
+        try:
+            assert connection.execute("SELECT count(*) FROM messages").fetchone() == (1,)
+        finally:
+            connection.close()
+        server.process.send_signal(signal.SIGCONT)
+        # And once the server answers, the write completes and is read whole, once
+        await asyncio.wait_for(write, 10)
+        assert [m["id"] for m in await session.get_history()] == ["m0", "m1"]
+    finally:
+        server.process.send_signal(signal.SIGCONT)
+        await writer.close()
+        server.stop()
