@@ -125,6 +125,31 @@ class ProjectorStats:
     attempts: dict[int, int] = field(default_factory=dict)
 
 
+class StoreTransaction(Protocol):
+    """A write transaction of a :class:`ReadModelStore` (see its :meth:`transaction`)."""
+
+    @property
+    def position(self) -> int:
+        """The lowest position of its projections, what it applied included."""
+
+    def apply(
+        self, records: Sequence[LogRecord], stats: ProjectorStats
+    ) -> Generator[None, None, None]:
+        """Apply ``records``, pausing after each event, as :meth:`ReadModelStore.steps` does;
+        on a failure (raised) the caller rolls back."""
+
+    def expose(self) -> None:
+        """Write what the projections hold back until the commit: reads through the store's
+        connection then see everything applied."""
+
+    def commit(self, stats: ProjectorStats) -> int:
+        """Record the positions and commit; the lowest position committed. ``stats`` gets the
+        counts of the transaction. On a failure (raised) it is rolled back."""
+
+    def rollback(self) -> None:
+        """Roll back (nothing once it has ended)."""
+
+
 class ReadModelRewound(Exception):
     """The read model's tracked position went backwards (it was dropped for a rebuild), or it
     was damaged or replaced: the projector re-binds its consumer to the new position."""
@@ -480,6 +505,14 @@ class ReadModelStore(Protocol):
         self, records: Sequence[LogRecord], stats: ProjectorStats, *, committed: int | None = None
     ) -> int:
         """:meth:`steps` driven to its end without pausing."""
+
+    def transaction(self, *, committed: int | None = None) -> StoreTransaction:
+        """Begin a write transaction that applies records batch after batch until it commits
+        (what :meth:`steps` does for one batch). ``committed``: as for :meth:`steps`.
+
+        Raises:
+            ReadModelRewound: the positions are below ``committed``.
+        """
 
     def replaced(self) -> bool:
         """Whether another process replaced the copy since this store opened it."""

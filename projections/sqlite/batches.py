@@ -9,9 +9,10 @@ own, so that it alone is rolled back and recorded as a dead letter.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -317,16 +318,91 @@ def batch_steps(
     ``memo`` (the projector's own, across its batches): see :class:`BatchMemo`.
     ``checkpointer`` hears of the commit.
     """
-    done = ProjectorStats(attempts=stats.attempts)
-    decoded = _prepare(projections, entries)
+    transaction = BatchTransaction(
+        connection, projections, committed=committed, memo=memo, checkpointer=checkpointer
+    )
     try:
-        connection.execute("BEGIN IMMEDIATE")
+        if hold:
+            run_to_end(transaction.apply(entries, stats))
+            transaction.expose()
+            transaction.record_positions()
+            yield
+        else:
+            yield from transaction.apply(entries, stats)
+        return transaction.commit(stats)
+    finally:
+        transaction.rollback()  # once committed, nothing to roll back
+
+
+def run_to_end(steps: Generator[None, None, None]) -> None:
+    """Run steps that return nothing to their end, without pausing."""
+    for _ in steps:
+        pass
+
+
+class BatchTransaction:
+    """One write transaction of a projector's batches: begun at creation, then any number of
+    :meth:`apply` of log records, then :meth:`commit` (with the projections' positions) or
+    :meth:`rollback`. Reads on the same connection see what it applied once
+    :meth:`expose` wrote what the projections hold back until their commit."""
+
+    __slots__ = (
+        "_checkpointer",
+        "_connection",
+        "_done",
+        "_memo",
+        "_open",
+        "_positions",
+        "_projections",
+        "_recorded",
+    )
+
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        projections: Sequence[Projection],
+        *,
+        committed: int | None = None,
+        memo: BatchMemo | None = None,
+        checkpointer: Checkpointer | None = None,
+    ) -> None:
+        self._connection = connection
+        self._projections = projections
+        self._memo = memo
+        self._checkpointer = checkpointer
+        self._done = ProjectorStats()
+        self._open = False
+        self._recorded = True  # the positions in the file are this transaction's
+        with _translated():
+            connection.execute("BEGIN IMMEDIATE")
+            self._open = True
+            try:
+                positions = _begin_positions(connection, projections, memo)
+                if committed is not None and positions and min(positions.values()) < committed:
+                    raise ReadModelRewound(
+                        f"read model at {min(positions.values())}, was at {committed}"
+                    )
+            except BaseException:
+                self.rollback()
+                raise
+        self._positions = positions
+
+    @property
+    def position(self) -> int:
+        """The lowest position of its projections, what it applied included."""
+        return min(self._positions.values()) if self._positions else 0
+
+    def apply(
+        self, entries: Sequence[LogRecord], stats: ProjectorStats
+    ) -> Generator[None, None, None]:
+        """Apply ``entries``, pausing after each event (see :func:`batch_steps`). On a failure
+        (raised) the caller rolls the transaction back. ``stats.attempts`` counts failures."""
+        connection, projections = self._connection, self._projections
+        positions, done = self._positions, self._done
+        done.attempts = stats.attempts
+        self._recorded = False
+        decoded = _prepare(projections, entries)
         try:
-            positions = _begin_positions(connection, projections, memo)
-            if committed is not None and positions and min(positions.values()) < committed:
-                raise ReadModelRewound(
-                    f"read model at {min(positions.values())}, was at {committed}"
-                )
             for entry in entries:
                 pending = [p for p in projections if entry.seq > positions[p.name]]
                 if not pending:
@@ -371,34 +447,77 @@ def batch_steps(
                         applied = True
                     positions[projection.name] = entry.seq
                 done.applied += applied
-                if not hold:
-                    yield
-            for projection in projections:
-                projection.before_commit(connection)
-            set_tracked_seqs(connection, positions)
-            if hold:
                 yield
-            connection.execute("COMMIT")
-        except BaseException:
-            if memo is not None:
-                memo.positions = None
-            for projection in projections:
-                projection.forget()
-            connection.execute("ROLLBACK")
+        except sqlite3.DatabaseError as error:
+            if is_damage(error):
+                raise damaged(error) from error
             raise
+
+    def expose(self) -> None:
+        """Write what the projections hold back until the commit (search rows, counts), so
+        that reads on this connection see everything applied."""
+        with _translated():
+            for projection in self._projections:
+                projection.before_commit(self._connection)
+
+    def record_positions(self) -> None:
+        """Write the projections' positions (inside the transaction)."""
+        if self._recorded:
+            return
+        with _translated():
+            set_tracked_seqs(self._connection, self._positions)
+        self._recorded = True
+
+    def commit(self, stats: ProjectorStats) -> int:
+        """Write the positions and commit; the lowest position now committed. ``stats`` gets
+        the counts of everything applied in the transaction.
+
+        Raises:
+            Exception: the commit failed: the transaction is rolled back.
+        """
+        try:
+            self.expose()
+            self.record_positions()
+            with _translated():
+                self._connection.execute("COMMIT")
+        except BaseException:
+            self.rollback()
+            raise
+        self._open = False
+        if self._checkpointer is not None:
+            self._checkpointer.committed()
+        if self._memo is not None:
+            self._memo.positions = dict(self._positions)
+        done = self._done
+        stats.batches += 1
+        stats.applied += done.applied
+        stats.skipped += done.skipped
+        stats.dead_lettered += done.dead_lettered
+        return self.position
+
+    def rollback(self) -> None:
+        """Roll back (nothing when it has ended)."""
+        if not self._open:
+            return
+        self._open = False
+        if self._memo is not None:
+            self._memo.positions = None
+        for projection in self._projections:
+            projection.forget()
+        with contextlib.suppress(sqlite3.Error):  # a failed COMMIT may have ended it already
+            if self._connection.in_transaction:
+                self._connection.execute("ROLLBACK")
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    """A damaged file's error as :class:`ReadModelDamagedError`, any other unchanged."""
+    try:
+        yield
     except sqlite3.DatabaseError as error:
         if is_damage(error):
             raise damaged(error) from error
         raise
-    if checkpointer is not None:
-        checkpointer.committed()
-    if memo is not None:
-        memo.positions = dict(positions)
-    stats.batches += 1
-    stats.applied += done.applied
-    stats.skipped += done.skipped
-    stats.dead_lettered += done.dead_lettered
-    return min(positions.values()) if positions else 0
 
 
 def _prepare(projections: Sequence[Projection], entries: Sequence[LogRecord]) -> dict[int, object]:

@@ -34,6 +34,7 @@ from memstream.projections.ports import (
 )
 from memstream.projections.sqlite.batches import (
     BatchMemo,
+    BatchTransaction,
     Projection,
     batch_steps,
     default_projections,
@@ -157,6 +158,15 @@ class SqliteReadModelStore:
         self, records: Sequence[LogRecord], stats: ProjectorStats, *, committed: int | None = None
     ) -> int:
         return run_steps(self.steps(records, stats, committed=committed))
+
+    def transaction(self, *, committed: int | None = None) -> BatchTransaction:
+        return BatchTransaction(
+            self.connection,
+            self.sqlite_projections,
+            committed=committed,
+            memo=self._memo,
+            checkpointer=self._checkpointer,
+        )
 
     def replaced(self) -> bool:
         return file_replaced(self.connection)  # one stat
