@@ -293,7 +293,12 @@ class Memstream:
         writer's event came first).
         """
         projector = self.projector
-        if projector is None or not self.overlap_writes or not self._read_since_write:
+        if (
+            projector is None
+            or not self.overlap_writes
+            or not self._read_since_write
+            or len(messages) != 1  # (a batch is published as a whole: nothing to overlap)
+        ):
             return None
         self._read_since_write = False
         if self._speculation_pause:
@@ -478,6 +483,10 @@ class Memstream:
         """Read-your-writes: wait until the sessions read model has this client's last write."""
         await self.wait_for("sessions", seq)
 
+    async def wait_to_read_sessions(self) -> None:
+        """:meth:`wait_to_read` of the sessions read model."""
+        await self.wait_to_read("sessions")
+
     @property
     def read_floor(self) -> int:
         """The stream sequence every read waits for: this client's last write, or the log's end
@@ -485,20 +494,36 @@ class Memstream:
         return max(self.last_write_seq, self.connected_seq)
 
     async def wait_for(self, projection: str, seq: int | None = None) -> None:
-        """Wait until ``projection`` has this client's last write (or ``seq``) and everything
-        the log held when this client connected.
+        """Wait until ``projection`` has committed this client's last write (or ``seq``) and
+        everything the log held when this client connected.
 
         Raises:
             ProjectionLagError: not reached within the read timeout.
             ReadModelDamagedError: the read model is damaged (and being rebuilt, when this
                 process runs the projector).
         """
+        await self._wait(projection, seq, uncommitted=False)
+
+    async def wait_to_read(self, projection: str, seq: int | None = None) -> None:
+        """:meth:`wait_for`, for a read through this client's read models (``read_models``)
+        that follows at once: it may see its client's own writes before they are committed
+        (in the open transaction of the projector here, which it then reads through).
+        """
+        await self._wait(projection, seq, uncommitted=True)
+
+    async def _wait(self, projection: str, seq: int | None, *, uncommitted: bool) -> None:
         self._reopen_if_replaced()
         self._read_since_write = True
         target = self.read_floor if seq is None else max(seq, self.connected_seq)
         watch = self.positions[projection]
-        if target > watch.position and self._own:
-            self._apply_own(projection, target)
+        if target > watch.position:
+            if self._own:
+                self._apply_own(projection, target)
+            projector = self.projector
+            if projector is not None and projector.readable(projection, target):
+                if uncommitted and self.read_models.lent():
+                    return  # read through the projector's transaction, which has them
+                projector.flush()  # commit them now rather than within GROUP_SECONDS
         await watch.wait_for(target, self.settings.read_timeout)
 
     async def sync(self, projection: str) -> None:
@@ -739,6 +764,10 @@ class _OwnWrite:
         self._entries = entries
         self._held: HeldOwn | None = None
         self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def first(self) -> int:
+        return self._entries[0].seq
 
     def start(self) -> None:
         try:

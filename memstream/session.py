@@ -49,6 +49,8 @@ class SessionClient(MemstreamPort, Protocol):
 
     async def wait_for_sessions(self, seq: int | None = None) -> None: ...
 
+    async def wait_to_read_sessions(self) -> None: ...
+
 
 class Session:
     """A session of a memstream instance (lazy: nothing happens until the first call).
@@ -322,7 +324,7 @@ class Session:
 
     async def _queries(self) -> SessionQueries:
         await self._context.ready()
-        await self._ms.wait_for_sessions()
+        await self._ms.wait_to_read_sessions()  # the queries read through ms.read_models
         return self._ms.session_queries
 
     async def get_history(self, leaf_id: str | None = None) -> list[Message]:

@@ -179,6 +179,12 @@ def step(steps: Generator[None, None, int]) -> int | None:
     return None
 
 
+def run_to_end(steps: Generator[None, None, None]) -> None:
+    """Run steps that return nothing (:meth:`StoreTransaction.apply`) to their end."""
+    for _ in steps:
+        pass
+
+
 def run_steps(steps: Generator[None, None, int]) -> int:
     """Run a batch's :meth:`ReadModelStore.steps` to their end, without pausing."""
     while (result := step(steps)) is None:
@@ -429,6 +435,9 @@ class ReadModels(Protocol):
     def search_snapshots(self, namespace: str) -> SnapshotSource[SearchIndex]: ...
 
     def record_snapshots(self, namespace: str) -> SnapshotSource[SessionRecord]: ...
+
+    def lent(self) -> bool:
+        """Whether reads now go through the store a projector of this process lends."""
 
     def tracked_seq(self, projection: str) -> int:
         """The last stream sequence ``projection`` committed (0: none)."""

@@ -105,6 +105,10 @@ Published = Callable[[str, Sequence[OutgoingMessage], int], None]
 class Speculation(Protocol):
     """Work that a publish's round trip can overlap (see :data:`Speculate`)."""
 
+    @property
+    def first(self) -> int:
+        """The stream sequence the first event gets if no other event is stored before it."""
+
     def start(self) -> None:
         """The events are on their way to the log: do the work (it must not raise)."""
 
@@ -209,16 +213,29 @@ class AggregateStore(Generic[A]):
                     for i, event in enumerate(events)
                 ]
                 speculation = self.speculate(subject, outgoing) if self.speculate else None
+                early: list[bool] = []  # the events applied to the aggregate before the ack
+
+                def overlapped(
+                    speculation: Speculation | None = speculation,
+                    cached: _Cached[A] = cached,
+                    events: list[Aggregate.Event] = events,
+                    early: list[bool] = early,
+                ) -> None:
+                    assert speculation is not None
+                    early.append(self._apply_early(cached, events, speculation.first))
+                    speculation.start()
+
                 try:
                     if speculation is None:
                         result = await self.log.publish(subject, outgoing, cached.seq)
                     else:
-                        result = await self.log.publish(
-                            subject, outgoing, cached.seq, speculation.start
-                        )
+                        result = await self.log.publish(subject, outgoing, cached.seq, overlapped)
                 except ExpectedSequenceMismatch:
                     if speculation is not None:
                         speculation.finish(None)
+                    if early and early[0]:
+                        self._cache.pop(subject, None)  # it holds events the log refused
+                        continue
                     await self._fast_forward(subject, cached)
                     if attempt > 2:  # jitter, so that writers who lost together spread out
                         await asyncio.sleep(random.uniform(0, 0.0005 * 2 ** min(attempt, 5)))
@@ -229,17 +246,27 @@ class AggregateStore(Generic[A]):
                     # Unknown outcome (timeout, disconnect): the cache may be stale; reload later.
                     self._cache.pop(subject, None)
                     raise
+                first = result.seq - len(events) + 1  # an atomic batch is stored contiguously
+                if early and early[0]:
+                    assert speculation is not None
+                    if result.duplicate or first != speculation.first:
+                        # It holds the events at sequences they did not get: restored anew.
+                        self._cache.pop(subject, None)
+                    else:
+                        cached.seq = result.seq
                 if result.duplicate:
                     if speculation is not None:
                         speculation.finish(None)
+                    if subject not in self._cache:
+                        return CommandResult((), await self.log.last_seq(subject), value)
                     # An earlier attempt of this command is already in the log: read it back.
                     await self._fast_forward(subject, cached)
                     return CommandResult((), cached.seq, value)
-                # Applied now if the snapshot has not seen them (else at the next reading).
-                first = result.seq - len(events) + 1  # an atomic batch is stored contiguously
-                cached.pending.extend((first + i, event) for i, event in enumerate(events))
-                cached.seq = result.seq
-                self._apply_now(cached)  # before a speculation commits what the guard reads
+                if not (early and early[0]):
+                    # Applied now if the snapshot has not seen them (else at the next reading).
+                    cached.pending.extend((first + i, event) for i, event in enumerate(events))
+                    cached.seq = result.seq
+                    self._apply_now(cached)  # before a speculation commits what the guard reads
                 if speculation is not None:
                     speculation.finish(first)
                 if self.published is not None:
@@ -316,6 +343,27 @@ class AggregateStore(Generic[A]):
             # next decision restores the aggregate (and meets the error itself).
             cached.broken = True
             logger.debug("applying the events just published failed", exc_info=True)
+
+    def _apply_early(
+        self, cached: _Cached[A], events: Sequence[Aggregate.Event], first: int
+    ) -> bool:
+        """Apply the events being published to the aggregate as :meth:`_apply_now` would once
+        they are acknowledged, at the sequences they get if nobody else writes first (from
+        ``first``): while their acknowledgement is on its way, and before the projector of this
+        process applies them (the snapshot it lends then has not seen them). True if applied;
+        the caller forgets the aggregate if the log stores them elsewhere, or not at all."""
+        if self.snapshots is None or not self._guardable(cached) or cached.pending:
+            return False
+        cached.pending.extend((first + i, event) for i, event in enumerate(events))
+        try:
+            self._apply_guarded(cached)
+        except Exception:
+            # Nothing applied (the first lookup refused) or half applied: restore it later.
+            cached.pending.clear()
+            cached.broken = True
+            logger.debug("applying the events being published failed", exc_info=True)
+            return False
+        return True
 
     def _reading(self) -> AbstractContextManager[None]:
         return contextlib.nullcontext() if self.snapshots is None else self.snapshots.reading()

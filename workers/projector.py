@@ -16,7 +16,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable, Generator, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import nats.errors
@@ -35,7 +35,8 @@ from memstream.projections.ports import (
     ReadModelCopy,
     ReadModelRewound,
     ReadModelStore,
-    run_steps,
+    StoreTransaction,
+    run_to_end,
     step,
 )
 from memstream.workers.event_log import EventLog, LogEntry
@@ -74,6 +75,11 @@ STOP_DRAIN_SECONDS = 5.0
 # How long a projector waits before trying again to replace a damaged read model it could not.
 RENEW_RETRY = 5.0
 PROJECTOR_CONSUMER_PREFIX = "projector-"
+# Own events kept in the projector's open transaction are committed within this long, or once
+# they number this many (readers here read them through the open transaction meanwhile;
+# readers elsewhere wait for the commit).
+GROUP_SECONDS = 0.005
+GROUP_EVENTS = 64
 # A batch "waiting for" this refuses every writer's hold (see ProjectorWorker.hold_own).
 _NO_HOLDS = 2**63 - 1
 
@@ -102,45 +108,31 @@ def claim_copy(copy: ReadModelCopy, projections: Sequence[str] = PROJECTIONS) ->
 
 
 class HeldOwn:
-    """A writer's own events applied by :meth:`ProjectorWorker.hold_own`, their transaction
-    still open: exactly one of :meth:`commit` and :meth:`abandon` ends it."""
+    """A writer's own events applied by :meth:`ProjectorWorker.hold_own` and not yet
+    acknowledged by the log: exactly one of :meth:`commit` and :meth:`abandon` ends it."""
 
-    __slots__ = ("_projector", "_stats", "_steps", "ended")
+    __slots__ = ("_count", "_last", "_projector", "ended")
 
-    def __init__(
-        self, projector: ProjectorWorker, steps: Generator[None, None, int], stats: ProjectorStats
-    ) -> None:
-        self._projector = projector
-        self._steps: Generator[None, None, int] | None = steps
-        self._stats = stats
+    def __init__(self, projector: ProjectorWorker, last: int, count: int) -> None:
+        self._projector: ProjectorWorker | None = projector
+        self._last = last
+        self._count = count
         self.ended: asyncio.Event | None = None  # made for a batch that waits for the end
 
     def commit(self) -> bool:
-        """Commit the events (the log has them at the sequences they were applied with);
-        True if done. On a failure nothing is written and their delivery applies them."""
-        steps, self._steps = self._steps, None
-        if steps is None:
-            return False
-        seq: int | None = None
-        try:
-            seq = run_steps(steps)
-        except Exception:
-            logger.debug("projector: committing own events failed", exc_info=True)
-        finally:
-            self._projector._end_hold(self, seq, self._stats)
-        return seq is not None
+        """The log has the events at the sequences they were applied with: they join the
+        projector's open transaction, which commits them soon (:data:`GROUP_SECONDS`);
+        readers here read them through it at once. True if done (False after a failure,
+        when nothing is left of them and their delivery applies them)."""
+        projector, self._projector = self._projector, None
+        return projector is not None and projector._confirm(self, self._last)
 
     def abandon(self) -> None:
-        """Roll the events back (the log did not store them at those sequences, or at all)."""
-        steps, self._steps = self._steps, None
-        if steps is None:
-            return
-        try:
-            steps.close()
-        except Exception:
-            logger.debug("projector: rolling back own events failed", exc_info=True)
-        finally:
-            self._projector._end_hold(self, None, self._stats)
+        """Roll the events back (the log did not store them at those sequences, or at all),
+        and with them the open transaction's events: their deliveries apply them."""
+        projector, self._projector = self._projector, None
+        if projector is not None:
+            projector._drop_group(self, self._count)
 
 
 class ProjectorWorker:
@@ -197,7 +189,17 @@ class ProjectorWorker:
         self._damage: str | None = None  # why the read model must be replaced, once known
         self._batch_done: asyncio.Event | None = None  # set while a fetched batch is in hand
         self._applying = False  # a batch's transaction may be open (or a thread has the store)
-        self._held: HeldOwn | None = None  # a writer's own events, their transaction open
+        # Own events (apply_own, hold_own) are applied in a transaction left open, committed
+        # within GROUP_SECONDS: _durable is the last committed sequence, _committed the last
+        # applied (what the open transaction adds), _held the part the log has not
+        # acknowledged yet.
+        self._group: StoreTransaction | None = None
+        self._group_entries: list[LogEntry] = []  # what it applied (the held ones last)
+        self._group_stats = ProjectorStats()
+        self._held: HeldOwn | None = None
+        self._durable = 0
+        self._flush_due = False
+        self._flush_timer: asyncio.TimerHandle | None = None
         self._waiting_for = 0  # the last sequence of a batch waiting for a hold to end
         self._closed = False
 
@@ -281,6 +283,7 @@ class ProjectorWorker:
         point: an abandoned batch rolls back, and an unacknowledged batch is redelivered and
         skipped by its tracking row."""
         self._stopping.set()
+        self.flush()  # (or, while a writer's events are on their way, once they are kept)
         if self.demand is not None:
             self.demand.event.set()  # cut a lingering batch short
         if self._task is not None:
@@ -313,7 +316,8 @@ class ProjectorWorker:
 
     @property
     def committed(self) -> int:
-        """The last stream sequence every projection of this projector has committed."""
+        """The last stream sequence every projection of this projector has applied: committed,
+        or own events in its open transaction (see :meth:`hold_own`)."""
         return self._committed
 
     def apply_own(self, entries: Sequence[LogEntry]) -> bool:
@@ -323,24 +327,29 @@ class ProjectorWorker:
         Only the next events in the stream (the first is ``committed + 1``, the rest follow it
         without a gap), only between batches, and only as much as a batch applies on the event
         loop: otherwise the reader waits for the projector as before. The events are applied
-        as their delivery would be (the same bytes at the same sequences, one transaction that
-        records the positions), so the delivery, when it comes, is passed over. On a failure
-        nothing is written and the delivery applies them (with its retries and dead letters).
+        as their delivery would be (the same bytes at the same sequences, in the transaction
+        that records the positions), so the delivery, when it comes, is passed over. They are
+        committed at once. On a failure nothing is written and the delivery applies them (with
+        its retries and dead letters).
         """
         held = self.hold_own(entries)
-        return held is not None and held.commit()
+        if held is None or not held.commit():
+            return False
+        return self.flush()
 
     def hold_own(self, entries: Sequence[LogEntry]) -> HeldOwn | None:
-        """Apply events this process is writing as :meth:`apply_own` does, but leave their
-        transaction open: :meth:`HeldOwn.commit` commits it, :meth:`HeldOwn.abandon` rolls it
-        back. ``None`` where :meth:`apply_own` would not apply them, or when applying failed
-        (nothing is then written).
+        """Apply events this process is writing as :meth:`apply_own` does, in the projector's
+        open transaction (begun here if there is none), without committing:
+        :meth:`HeldOwn.commit` keeps them, :meth:`HeldOwn.abandon` rolls them back. ``None``
+        where :meth:`apply_own` would not apply them, or when applying failed (the open
+        transaction is then rolled back: its events come again with their deliveries).
 
         A writer calls it while the log's acknowledgement of the events is on its way, with the
-        sequences they will get if nobody else writes first, and commits only if the
+        sequences they will get if nobody else writes first, and keeps them only if the
         acknowledgement says they got them (see :class:`memstream.client.Memstream`): the
-        projection's work overlaps the publish round trip. Until the transaction ends, the
-        projector applies no batch and lends its store to no reader.
+        projection's work overlaps the publish round trip. Until then the projector applies no
+        batch and lends its store to no reader. Kept events are committed with the events
+        kept after them, within :data:`GROUP_SECONDS`, before any batch, or at :meth:`flush`.
         """
         if (
             not entries
@@ -354,34 +363,124 @@ class ProjectorWorker:
             or self.store.replaced()
         ):
             return None
-        stats = ProjectorStats()
-        steps = self.store.steps(entries, stats, committed=self._committed, hold=True)
-        self._applying = True
+        self._applying = True  # no reader reads what the log has not acknowledged
         try:
-            next(steps)  # everything but the commit
-        except Exception:  # the delivery meets it again, with retries (and reports)
-            self._applying = False
+            group = self._group
+            if group is None:
+                group = self._group = self.store.transaction(committed=self._durable)
+            self._group_entries += entries
+            run_to_end(group.apply(entries, self._group_stats))
+            group.expose()
+        except Exception:  # the deliveries meet them again, with retries (and reports)
             logger.debug("projector %s: applying own events failed", self.durable, exc_info=True)
+            self._drop_group(None, len(entries))
             return None
-        self._held = held = HeldOwn(self, steps, stats)
+        self._held = held = HeldOwn(self, entries[-1].seq, len(entries))
         return held
 
-    def _end_hold(self, held: HeldOwn, seq: int | None, stats: ProjectorStats) -> None:
-        """A held transaction ended: committed up to ``seq``, or rolled back (``None``)."""
-        if self._held is held:
-            self._held = None
+    def _confirm(self, held: HeldOwn, last: int) -> bool:
+        """The log acknowledged ``held``'s events at their sequences (up to ``last``)."""
+        if self._held is not held or self._group is None:
+            return False
+        self._end_hold()
+        self.own_batches += 1
+        self._committed = last
+        if self._flush_due or self._group.position - self._durable >= GROUP_EVENTS:
+            return self.flush()
+        if self._flush_timer is None:
+            self._flush_timer = asyncio.get_running_loop().call_later(
+                GROUP_SECONDS, self._flush_soon
+            )
+        return True
+
+    def _end_hold(self) -> None:
+        held, self._held = self._held, None
         self._applying = False
-        if held.ended is not None:
+        if held is not None and held.ended is not None:
             held.ended.set()
-        if seq is None:
-            return
+
+    def _flush_soon(self) -> None:
+        self._flush_timer = None
+        if self._held is not None:
+            self._flush_due = True  # committed when the hold ends
+        else:
+            self.flush()
+
+    def flush(self) -> bool:
+        """Commit the open transaction of own events (a no-op without one); False if that
+        failed (it is then rolled back: the events come again with their deliveries)."""
+        if self._held is not None:
+            self._flush_due = True
+            return True
+        group, self._group = self._group, None
+        self._flush_due = False
+        timer, self._flush_timer = self._flush_timer, None
+        if timer is not None:
+            timer.cancel()
+        if group is None:
+            return True
+        stats, self._group_stats = self._group_stats, ProjectorStats()
+        self._group_entries = []
+        try:
+            seq = group.commit(stats)
+        except Exception:
+            logger.debug("projector %s: committing own events failed", self.durable, exc_info=True)
+            self._committed = self._durable
+            return False
         self.stats.batches += stats.batches
         self.stats.applied += stats.applied
         self.stats.skipped += stats.skipped
-        self.own_batches += 1
-        self._committed = seq
+        self._committed = self._durable = seq
         if self.on_commit:
             self.on_commit(seq)
+        return True
+
+    def _drop_group(self, held: HeldOwn | None, count: int) -> None:
+        """Roll back ``held``'s events (the last ``count`` applied) with the open transaction,
+        then apply and commit again the events kept before them."""
+        if held is not None and self._held is not held:
+            return
+        group, self._group = self._group, None
+        kept = self._group_entries[: len(self._group_entries) - count]
+        self._group_entries = []
+        self._flush_due = False
+        timer, self._flush_timer = self._flush_timer, None
+        if timer is not None:
+            timer.cancel()
+        self._group_stats = ProjectorStats()
+        if group is not None:
+            try:
+                group.rollback()
+            except Exception:
+                logger.debug("projector %s: rolling back failed", self.durable, exc_info=True)
+        self._committed = self._durable
+        self._end_hold()
+        if not kept or group is None:
+            return
+        # Rare (another writer's event came first): their deliveries may have been passed over.
+        stats = ProjectorStats()
+        try:
+            seq = self.store.apply(kept, stats, committed=self._durable)
+        except Exception:  # their deliveries apply them (none was passed over: not committed)
+            logger.debug("projector %s: applying own events failed", self.durable, exc_info=True)
+            return
+        self.stats.batches += stats.batches
+        self.stats.applied += stats.applied
+        self._committed = self._durable = seq
+        if self.on_commit:
+            self.on_commit(seq)
+
+    def readable(self, projection: str, seq: int) -> bool:
+        """Whether reads here through this projector's store (:meth:`idle_store`) see
+        ``projection`` up to ``seq`` although it is not committed yet: own events the log
+        acknowledged, in the open transaction."""
+        return (
+            self._group is not None
+            and self._held is None
+            and seq <= self._committed
+            and projection in self.store.projections
+            and self.idle_store() is not None
+        )
 
     async def _wait_for_hold(self, last: int) -> None:
         """Before applying a batch up to sequence ``last``: wait while a writer's own events
@@ -448,6 +547,7 @@ class ProjectorWorker:
         await self.stop()
         if self._held is not None:
             self._held.abandon()  # its writer's read then waits, and fails, as without it
+        self.flush()
         self._closed = True
         await asyncio.to_thread(self.store.close)  # may wait for background upkeep
         if self.lock is not None:
@@ -470,11 +570,12 @@ class ProjectorWorker:
                 # writer's events are held until the consumer is positioned.
                 self._waiting_for = _NO_HOLDS
                 await self._wait_for_hold(_NO_HOLDS)
+                self.flush()
                 if not self._renew_read_model():
                     await asyncio.sleep(RENEW_RETRY)
                     continue
                 await self._follow_copy()
-                self._committed = self.start_position() - 1
+                self._committed = self._durable = self.start_position() - 1
                 if self.on_commit:
                     self.on_commit(self._committed)
                 puller = await self._bind()
@@ -549,6 +650,7 @@ class ProjectorWorker:
                     msgs += await self._linger(fetch, self.batch_size - len(msgs))
                     self._waiting_for = stream_sequence(msgs[-1])
                 await self._wait_for_hold(self._waiting_for)
+                self.flush()  # own events in the open transaction: committed, or dropped
                 # A reader here may have had its own events applied meanwhile (apply_own).
                 entries = [
                     LogEntry(seq, m.subject, m.data, dict(m.headers or {}))
@@ -558,7 +660,7 @@ class ProjectorWorker:
                 self.stats.skipped += len(msgs) - len(entries)
                 if entries:
                     seq = await self._apply_with_retry(entries)
-                    self._committed = seq
+                    self._committed = self._durable = seq
                     if self.on_commit:
                         self.on_commit(seq)
             finally:

@@ -27,6 +27,7 @@ from memstream.projections.ports import (
     ReadModelRewound,
     TextEncoder,
     run_steps,
+    run_to_end,
 )
 from memstream.projections.registry_writes import TouchSession, project_registry_event
 from memstream.projections.session_writes import project_session_event
@@ -332,12 +333,6 @@ def batch_steps(
         return transaction.commit(stats)
     finally:
         transaction.rollback()  # once committed, nothing to roll back
-
-
-def run_to_end(steps: Generator[None, None, None]) -> None:
-    """Run steps that return nothing to their end, without pausing."""
-    for _ in steps:
-        pass
 
 
 class BatchTransaction:

@@ -28,12 +28,13 @@ Lender = Callable[[], sqlite3.Connection | None]
 class ReadConnection:
     """``execute`` on the lent connection when there is one, else on ``own``."""
 
-    __slots__ = ("_lend", "_pinned", "own")
+    __slots__ = ("_ends", "_lend", "_pinned", "own")
 
     def __init__(self, own: sqlite3.Connection, lend: Lender | None = None) -> None:
         self.own = own
         self._lend = lend
         self._pinned: sqlite3.Connection | None = None
+        self._ends = False  # whether commit() ends a transaction begin() opened
 
     def current(self) -> sqlite3.Connection:
         """The connection the next statement runs on."""
@@ -55,18 +56,22 @@ class ReadConnection:
         return self._pinned is not None or self.own.in_transaction
 
     def begin(self) -> bool:
-        """Open a read transaction unless one is open; True if this call opened it."""
+        """Open a read transaction unless one is open; True if this call opened it. A lent
+        connection inside its projector's write transaction (own events it applied and the
+        log acknowledged, not yet committed) reads inside that one."""
         if self.in_transaction:
             return False
         connection = self.current()
-        connection.execute("BEGIN")
+        self._ends = not connection.in_transaction
+        if self._ends:
+            connection.execute("BEGIN")
         self._pinned = connection
         return True
 
     def commit(self) -> None:
         """End the read transaction :meth:`begin` opened."""
         pinned, self._pinned = self._pinned, None
-        if pinned is not None:
+        if pinned is not None and self._ends:
             pinned.execute("COMMIT")
 
 

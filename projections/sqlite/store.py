@@ -252,6 +252,9 @@ class SqliteReadModels:
     def identity(self) -> Hashable | None:
         return _identity(self.connection)
 
+    def lent(self) -> bool:
+        return self.reads.current() is not self.connection
+
     def session_snapshots(self, namespace: str) -> SnapshotSource[SessionAggregate]:
         return SqliteSessionSnapshots(self.reads, namespace)
 

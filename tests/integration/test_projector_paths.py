@@ -10,7 +10,7 @@ import signal
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.store import SqliteReadModelStore
 from memstream.settings import Settings
+from memstream.workers import projector as projector_module
 from memstream.workers.event_log import EventLog
 from memstream.workers.nats_client import MemstreamNatsClient
 from memstream.workers.nats_server import NatsServerProcess, free_port
@@ -335,22 +336,18 @@ async def test_a_failed_apply_for_a_reader_leaves_the_events_to_their_delivery(
         projector = writer.projector
         assert projector is not None
         store = projector.store
-        steps = store.steps
+        transaction = store.transaction
         failures = 0
 
-        def failing_steps() -> Generator[None, None, int]:
-            raise sqlite3.OperationalError("disk I/O error")
-            yield  # a generator, as steps are
-
-        def failing(entries: Any, *args: Any, **kwargs: Any) -> Generator[None, None, int]:
+        def failing(*args: Any, **kwargs: Any) -> Any:
             nonlocal failures
-            # (only events applied for this process's writer are held: deliveries are not)
-            if kwargs.get("hold") and failures < 3:
+            # (only events applied for this process's writer use it: deliveries step)
+            if failures < 3:
                 failures += 1
-                return failing_steps()
-            return steps(entries, *args, **kwargs)
+                raise sqlite3.OperationalError("disk I/O error")
+            return transaction(*args, **kwargs)
 
-        store.steps = failing  # type: ignore[method-assign]
+        store.transaction = failing  # type: ignore[method-assign]
         session = writer.session("s")
         # When it appends and reads
         for i in range(5):
@@ -368,8 +365,9 @@ async def test_a_failed_apply_for_a_reader_leaves_the_events_to_their_delivery(
 
 @pytest.mark.parametrize("where", ["another-session", "the-same-session"])
 async def test_a_write_whose_sequence_another_writer_took_rolls_its_projection_back(
-    settings: Settings, tmp_path: Path, where: str
+    settings: Settings, tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(projector_module, "GROUP_SECONDS", 30.0)  # kept until a batch or close
     # Given a client whose projector applies its writes during their round trips (it read
     # after its last write), and another client on its own event loop in another thread
     writer = await open_memstream(settings, workers=True)
@@ -380,9 +378,16 @@ async def test_a_write_whose_sequence_another_writer_took_rolls_its_projection_b
         30
     )
     try:
+        projector = writer.projector
+        assert projector is not None
         session = writer.session("s")
         await session.append_message({"id": "m0", "role": "user", "content": "first"})
         await session.get_history()
+        # (one write kept in the projector's open transaction, not committed yet)
+        await session.append_message({"id": "k", "role": "user", "content": "kept"})
+        await session.get_history()
+        assert writer.overlapped_writes == 1
+        assert projector.committed > writer.positions["sessions"].position
         client = writer.client
         assert isinstance(client, MemstreamNatsClient)
         overlapped = client.request_overlapped
@@ -403,15 +408,16 @@ async def test_a_write_whose_sequence_another_writer_took_rolls_its_projection_b
         # When it writes, and another event takes the sequence its projection assumed
         await session.append_message({"id": "m1", "role": "user", "content": "second"})
         client.request_overlapped = overlapped  # type: ignore[method-assign]
-        # Then that projection was rolled back, and the write and the other's are read whole
-        assert (writer.missed_overlaps, writer.overlapped_writes) == (1, 0)
-        expected = ["m0", "x", "m1"] if target == "s" else ["m0", "m1"]
+        # Then that projection was rolled back (the kept write applied and committed again), and
+        # the writes and the other's are read whole
+        assert (writer.missed_overlaps, writer.overlapped_writes) == (1, 1)
+        expected = ["m0", "k", "x", "m1"] if target == "s" else ["m0", "k", "m1"]
         assert [m["id"] for m in await session.get_history()] == expected
         # And after one write that does not try, its writes overlap again
         for i in range(2, 6):
             await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
             assert (await session.get_history())[-1]["id"] == f"m{i}"
-        assert writer.overlapped_writes == 3
+        assert writer.overlapped_writes == 4
         assert [m["id"] for m in await writer.session("o").get_history()] == (
             ["x"] if target == "o" else []
         )
@@ -420,7 +426,7 @@ async def test_a_write_whose_sequence_another_writer_took_rolls_its_projection_b
             writer, tmp_path / "copy.db", ("sessions", "registry")
         )
         assert rebuilt == ours
-        assert messages == 7
+        assert messages == 8
     finally:
         asyncio.run_coroutine_threadsafe(other.close(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
@@ -468,3 +474,68 @@ async def test_a_write_whose_acknowledgement_is_slow_rolls_its_projection_back_i
         server.process.send_signal(signal.SIGCONT)
         await writer.close()
         server.stop()
+
+
+async def test_an_agent_loop_commits_its_writes_in_groups_that_other_readers_see_soon(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # Given a client whose projector keeps its acknowledged writes in an open transaction, and
+    # a client without workers (reading through its own connection: committed rows only)
+    writer = await open_memstream(settings, workers=True)
+    reader = await open_memstream(settings, workers=False)
+    try:
+        projector = writer.projector
+        assert projector is not None
+        session = writer.session("s")
+        await session.append_message({"id": "m0", "role": "user", "content": "t 0"})
+        await session.get_history()
+        batches = projector.stats.batches
+        # When it appends and reads 40 times in a row
+        for i in range(1, 41):
+            await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
+            assert (await session.get_history())[-1]["id"] == f"m{i}"
+        # Then every read saw its write, while the writes were committed several at a time
+        assert writer.overlapped_writes == 40
+        assert projector.stats.batches - batches < 40
+        # And another client sees all of them within moments (the open one is committed soon)
+        started = time.monotonic()
+        await reader.sync("sessions")
+        history = await reader.session("s").get_history()
+        assert [m["id"] for m in history] == [f"m{i}" for i in range(41)]
+        assert time.monotonic() - started < 2
+        # And the read model equals one built from the log alone
+        ours, rebuilt, messages, _ = await live_and_rebuilt(
+            writer, tmp_path / "copy.db", ("sessions", "registry")
+        )
+        assert rebuilt == ours
+        assert messages == 41
+    finally:
+        await reader.close()
+        await writer.close()
+
+
+async def test_a_write_kept_in_the_open_transaction_is_committed_when_the_client_closes(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(projector_module, "GROUP_SECONDS", 30.0)  # kept until a batch or close
+    # Given a client whose last write is kept in its projector's open transaction
+    writer = await open_memstream(settings, workers=True)
+    session = writer.session("s")
+    await session.append_message({"id": "m0", "role": "user", "content": "t 0"})
+    await session.get_history()
+    await session.append_message({"id": "m1", "role": "user", "content": "t 1"})
+    projector = writer.projector
+    assert projector is not None
+    assert projector.committed > writer.positions["sessions"].position
+    # When the client closes at once
+    await writer.close()
+    # Then the file holds the write, committed
+    connection = sqlite3.connect(settings.data_dir / "memstream.db")
+    try:
+        assert connection.execute("SELECT count(*) FROM messages").fetchone() == (2,)
+        (tracked,) = connection.execute(
+            "SELECT seq FROM tracking WHERE projection = 'sessions'"
+        ).fetchone()
+        assert tracked == projector.committed
+    finally:
+        connection.close()
