@@ -604,7 +604,10 @@ class ProjectorWorker:
 
         async def heard(msg: Msg) -> None:
             with contextlib.suppress(ValueError):
-                demand.want(int(msg.data))
+                seq = int(msg.data)
+                demand.want(seq)
+                if self._group is not None and seq > self._durable:
+                    self.flush()  # a reader elsewhere waits for own events kept open here
 
         try:
             return await self.log.client.subscribe(demand_subject(self.log.stream), cb=heard)

@@ -539,3 +539,51 @@ async def test_a_write_kept_in_the_open_transaction_is_committed_when_the_client
         assert tracked == projector.committed
     finally:
         connection.close()
+
+
+async def test_a_reader_in_another_process_gets_writes_kept_open_here_at_once(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a client running an agent loop whose acknowledged writes stay in its projector's
+    # open transaction (not committed for 30 s or 10,000 events, and no delivered batch before
+    # 30 s, unless someone asks for them)
+    monkeypatch.setattr(projector_module, "GROUP_SECONDS", 30.0)
+    monkeypatch.setattr(projector_module, "GROUP_EVENTS", 10_000)
+    writer = await open_memstream(settings, workers=True)
+    try:
+        projector = writer.projector
+        assert projector is not None
+        projector.linger = 30.0
+        session = writer.session("here")
+        await session.append_message({"id": "m0", "role": "user", "content": "t 0"})
+        await session.get_history()
+        for i in range(1, 21):
+            await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
+            await session.get_history()
+        assert projector.committed > writer.positions["sessions"].position  # kept open
+        # When a new process connects and reads that session while the loop goes on
+        reader = asyncio.ensure_future(
+            asyncio.to_thread(
+                script_json,
+                SESSION_PROCESS,
+                "read",
+                str(settings.nats_url),
+                settings.stream,
+                str(settings.data_dir),
+                "here",
+            )
+        )
+        i = 21
+        while not reader.done():
+            await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
+            await session.get_history()
+            await asyncio.sleep(0.005)
+            i += 1
+        seen = await reader
+        # Then it saw every write the log held when it connected, without waiting 30 s for the
+        # open transaction's commit (its wait asked this projector for them)
+        assert seen["ids"] == [f"m{n}" for n in range(len(seen["ids"]))]
+        assert len(seen["ids"]) >= 21
+        assert seen["read_seconds"] < 5, seen
+    finally:
+        await writer.close()

@@ -7,6 +7,9 @@
 ``python tests/support/session_process.py trickle NATS_URL STREAM DATA_DIR SESSION COUNT``
 appends ``COUNT`` messages one at a time, a few milliseconds apart, without workers.
 
+``python tests/support/session_process.py read NATS_URL STREAM DATA_DIR SESSION`` connects
+without workers, reads the session's history once and prints its ids and how long it took.
+
 ``python tests/support/session_process.py first NATS_URL STREAM DATA_DIR SESSION`` connects
 without workers and runs, as its very first commands: an append of an id that exists, an append
 with the parent omitted, one under an existing parent deep in the chain, and one under an
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +97,24 @@ async def trickle(settings: Settings, session_id: str, count: int) -> dict[str, 
         await ms.close()
 
 
+async def read(settings: Settings, session_id: str) -> dict[str, Any]:
+    """Connect without workers and read the session's history once: what a new process sees
+    of another's writes (everything the log held when it connected)."""
+    started = time.monotonic()
+    ms = await open_memstream(settings, workers=False)
+    try:
+        connected = time.monotonic()
+        history = await ms.session(session_id).get_history()
+        return {
+            "ids": [m["id"] for m in history],
+            "connected_seq": ms.connected_seq,
+            "connect_seconds": connected - started,
+            "read_seconds": time.monotonic() - connected,
+        }
+    finally:
+        await ms.close()
+
+
 def main(argv: list[str]) -> None:
     mode, url, stream, data_dir, session_id = argv[:5]
     settings = Settings(data_dir=Path(data_dir), nats_url=url, stream=stream)
@@ -100,6 +122,8 @@ def main(argv: list[str]) -> None:
         result = asyncio.run(fill(settings, session_id, int(argv[5])))
     elif mode == "trickle":
         result = asyncio.run(trickle(settings, session_id, int(argv[5])))
+    elif mode == "read":
+        result = asyncio.run(read(settings, session_id))
     else:
         result = asyncio.run(first(settings, session_id))
     print(json.dumps(result))
