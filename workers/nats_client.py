@@ -115,27 +115,7 @@ class MemstreamNatsClient(Client):
         timeout: float = 1,
         headers: dict[str, Any] | None = None,
     ) -> Msg:
-        if self.is_draining_pubs:
-            raise errors.ConnectionDrainingError
-        await self._ensure_reply_subscription()
-        # Tokens only need to be unique among this connection's requests.
-        self._request_count += 1
-        token = str(self._request_count)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Msg] = loop.create_future()
-        self._replies[token] = future
-        if headers is not None and _MSG_ID in headers:
-            # While reconnecting, nats-py queues it for the next connection.
-            number = self._connection_number + (0 if self.is_connected else 1)
-            self._in_flight[token] = (number, subject, payload, headers)
-        expiry = loop.call_later(timeout, _expire, future)
-        try:
-            await self.publish(subject, payload, reply=self._reply_prefix + token, headers=headers)
-            return await future
-        finally:
-            expiry.cancel()
-            del self._replies[token]
-            self._in_flight.pop(token, None)
+        return await self._request(subject, payload, timeout, headers, None)
 
     async def request_overlapped(
         self,
@@ -154,30 +134,43 @@ class MemstreamNatsClient(Client):
         task would write it at its next turn of the event loop); with ``write_early`` False,
         the loop is given turns until the flusher has.
         """
+        msg = await self._request(subject, payload, timeout, headers, while_waiting)
+        # As nats-py's request does.
+        if msg.headers and msg.headers.get(api.Header.STATUS) == NO_RESPONDERS_STATUS:
+            raise errors.NoRespondersError
+        return msg
+
+    async def _request(
+        self,
+        subject: str,
+        payload: bytes,
+        timeout: float,
+        headers: dict[str, Any] | None,
+        while_waiting: Callable[[], None] | None,
+    ) -> Msg:
         if self.is_draining_pubs:
             raise errors.ConnectionDrainingError
         await self._ensure_reply_subscription()
+        # Tokens only need to be unique among this connection's requests.
         self._request_count += 1
         token = str(self._request_count)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Msg] = loop.create_future()
         self._replies[token] = future
-        number = self._connection_number + (0 if self.is_connected else 1)
-        self._in_flight[token] = (number, subject, payload, headers)
+        if headers is not None and _MSG_ID in headers:
+            # While reconnecting, nats-py queues it for the next connection.
+            number = self._connection_number + (0 if self.is_connected else 1)
+            self._in_flight[token] = (number, subject, payload, headers)
         expiry = loop.call_later(timeout, _expire, future)
         try:
             await self.publish(subject, payload, reply=self._reply_prefix + token, headers=headers)
-            if await self._written() and not future.done():
+            if while_waiting is not None and await self._written() and not future.done():
                 while_waiting()
-            msg = await future
+            return await future
         finally:
             expiry.cancel()
             del self._replies[token]
             self._in_flight.pop(token, None)
-        # As nats-py's request does.
-        if msg.headers and msg.headers.get(api.Header.STATUS) == NO_RESPONDERS_STATUS:
-            raise errors.NoRespondersError
-        return msg
 
     async def _written(self) -> bool:
         """Write what is pending to the connection now; False if it could not be."""

@@ -21,6 +21,7 @@ from memstream.client import HOLD_SECONDS, Memstream, open_memstream
 from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.store import SqliteReadModelStore
+from memstream.session import Session
 from memstream.settings import Settings
 from memstream.workers import projector as projector_module
 from memstream.workers.event_log import EventLog
@@ -30,6 +31,12 @@ from memstream.workers.position import Demand
 from memstream.workers.projector import ProjectorWorker
 
 SESSION_PROCESS = Path(__file__).resolve().parents[1] / "support" / "session_process.py"
+
+
+async def turn(session: Session, message_id: str, text: str | None = None) -> list[Any]:
+    """One step of an agent loop: append a message, then read the history."""
+    await session.append_message({"id": message_id, "role": "user", "content": text or message_id})
+    return await session.get_history()
 
 
 def copy_projector(
@@ -381,8 +388,7 @@ async def test_a_write_whose_sequence_another_writer_took_rolls_its_projection_b
         projector = writer.projector
         assert projector is not None
         session = writer.session("s")
-        await session.append_message({"id": "m0", "role": "user", "content": "first"})
-        await session.get_history()
+        await turn(session, "m0", "first")
         # (one write kept in the projector's open transaction, not committed yet)
         await session.append_message({"id": "k", "role": "user", "content": "kept"})
         await session.get_history()
@@ -415,8 +421,7 @@ async def test_a_write_whose_sequence_another_writer_took_rolls_its_projection_b
         assert [m["id"] for m in await session.get_history()] == expected
         # And after one write that does not try, its writes overlap again
         for i in range(2, 6):
-            await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
-            assert (await session.get_history())[-1]["id"] == f"m{i}"
+            assert (await turn(session, f"m{i}"))[-1]["id"] == f"m{i}"
         assert writer.overlapped_writes == 4
         assert [m["id"] for m in await writer.session("o").get_history()] == (
             ["x"] if target == "o" else []
@@ -447,8 +452,7 @@ async def test_a_write_whose_acknowledgement_is_slow_rolls_its_projection_back_i
         projector = writer.projector
         assert projector is not None
         session = writer.session("s")
-        await session.append_message({"id": "m0", "role": "user", "content": "first"})
-        await session.get_history()
+        await turn(session, "m0", "first")
         # When the server stops answering for a second while a write waits for its ack
         server.process.send_signal(signal.SIGSTOP)
         write = asyncio.create_task(
@@ -487,13 +491,11 @@ async def test_an_agent_loop_commits_its_writes_in_groups_that_other_readers_see
         projector = writer.projector
         assert projector is not None
         session = writer.session("s")
-        await session.append_message({"id": "m0", "role": "user", "content": "t 0"})
-        await session.get_history()
+        await turn(session, "m0")
         batches = projector.stats.batches
         # When it appends and reads 40 times in a row
         for i in range(1, 41):
-            await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
-            assert (await session.get_history())[-1]["id"] == f"m{i}"
+            assert (await turn(session, f"m{i}"))[-1]["id"] == f"m{i}"
         # Then every read saw its write, while the writes were committed several at a time
         assert writer.overlapped_writes == 40
         assert projector.stats.batches - batches < 40
@@ -521,8 +523,7 @@ async def test_a_write_kept_in_the_open_transaction_is_committed_when_the_client
     # Given a client whose last write is kept in its projector's open transaction
     writer = await open_memstream(settings, workers=True)
     session = writer.session("s")
-    await session.append_message({"id": "m0", "role": "user", "content": "t 0"})
-    await session.get_history()
+    await turn(session, "m0")
     await session.append_message({"id": "m1", "role": "user", "content": "t 1"})
     projector = writer.projector
     assert projector is not None
@@ -555,11 +556,9 @@ async def test_a_reader_in_another_process_gets_writes_kept_open_here_at_once(
         assert projector is not None
         projector.linger = 30.0
         session = writer.session("here")
-        await session.append_message({"id": "m0", "role": "user", "content": "t 0"})
-        await session.get_history()
+        await turn(session, "m0")
         for i in range(1, 21):
-            await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
-            await session.get_history()
+            await turn(session, f"m{i}")
         assert projector.committed > writer.positions["sessions"].position  # kept open
         # When a new process connects and reads that session while the loop goes on
         reader = asyncio.ensure_future(
@@ -575,8 +574,7 @@ async def test_a_reader_in_another_process_gets_writes_kept_open_here_at_once(
         )
         i = 21
         while not reader.done():
-            await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
-            await session.get_history()
+            await turn(session, f"m{i}")
             await asyncio.sleep(0.005)
             i += 1
         seen = await reader
