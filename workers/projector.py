@@ -457,11 +457,13 @@ class ProjectorWorker:
         self._end_hold()
         if not kept or group is None:
             return
-        # Rare (another writer's event came first): their deliveries may have been passed over.
+        # Rare (another writer's event came first). Applied again now, so that the readers here
+        # that read them already need not wait for their deliveries (which would bring them:
+        # no delivery is passed over before its event is committed).
         stats = ProjectorStats()
         try:
             seq = self.store.apply(kept, stats, committed=self._durable)
-        except Exception:  # their deliveries apply them (none was passed over: not committed)
+        except Exception:  # their deliveries apply them
             logger.debug("projector %s: applying own events failed", self.durable, exc_info=True)
             return
         self.stats.batches += stats.batches
