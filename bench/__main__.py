@@ -107,7 +107,29 @@ async def run_one(name: str) -> list[Row]:
     return rows
 
 
-def render(rows: list[Row], info: dict[str, str], seconds: float) -> str:
+# Everything from this heading on is written by hand: a rewrite keeps it.
+HAND_WRITTEN = "## Analysis (written by hand)"
+
+
+def render(
+    rows: list[Row], info: dict[str, str], seconds: float, previous: str = "", partial: bool = False
+) -> str:
+    """RESULTS.md for ``rows``. ``previous``: the file as it was; its hand-written section is
+    kept, and for a ``partial`` run so are the rows (and their notes) of the benchmarks that
+    did not run, in their places."""
+    table: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    if partial:
+        table, notes = _previous_rows(previous)
+    for row in rows:
+        verdict = "pass" if row.passed else "**FAIL**"
+        table[row.benchmark] = (
+            f"| {row.benchmark} | {row.ours} | {row.baseline} | {row.ratio} | {row.target} "
+            f"| {verdict} |"
+        )
+        notes.pop(row.benchmark, None)
+        if row.notes:
+            notes[row.benchmark] = f"- **{row.benchmark}**: {row.notes}"
     lines = [
         "# memstream benchmarks",
         "",
@@ -116,29 +138,43 @@ def render(rows: list[Row], info: dict[str, str], seconds: float) -> str:
         "",
         "| benchmark | ours | baseline | ratio | target | result |",
         "|---|---|---|---|---|---|",
+        *table.values(),
     ]
-    for row in rows:
-        verdict = "pass" if row.passed else "**FAIL**"
-        lines.append(
-            f"| {row.benchmark} | {row.ours} | {row.baseline} | {row.ratio} | {row.target} "
-            f"| {verdict} |"
-        )
-    lines += ["", "## Notes", ""]
-    lines += [f"- **{row.benchmark}**: {row.notes}" for row in rows if row.notes]
+    lines += ["", "## Notes", "", *[notes[title] for title in table if title in notes]]
     lines += ["", "## Machine", ""]
     lines += [f"- {key}: {value}" for key, value in info.items()]
-    lines += [f"- total run time: {seconds:.0f} s", ""]
-    return "\n".join(lines)
+    lines += [
+        f"- total run time: {seconds:.0f} s" + (" (this run's benchmarks)" if partial else "")
+    ]
+    if HAND_WRITTEN in previous:
+        lines += ["", previous[previous.index(HAND_WRITTEN) :].rstrip("\n")]
+    return "\n".join(lines) + "\n"
 
 
-async def main(names: list[str], write: bool) -> int:
+def _previous_rows(previous: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The table rows and notes of a RESULTS.md, by benchmark title, in their order."""
+    table: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    section = ""
+    for line in previous.splitlines():
+        if line.startswith("## "):
+            section = line
+        elif not section and line.startswith("| ") and not line.startswith("| benchmark |"):
+            table[line[2:].split(" | ", 1)[0]] = line
+        elif section == "## Notes" and line.startswith("- **") and "**: " in line:
+            notes[line[4:].split("**: ", 1)[0]] = line
+    return table, notes
+
+
+async def main(names: list[str], write: bool, partial: bool) -> int:
     info = machine()
     start = time.perf_counter()
     rows = [row for name in names for row in await run_one(name)]
     seconds = time.perf_counter() - start
     print(f"\n{sum(r.passed for r in rows)}/{len(rows)} targets met in {seconds:.0f} s")
     if write:
-        RESULTS.write_text(render(rows, info, seconds))
+        previous = RESULTS.read_text() if RESULTS.exists() else ""
+        RESULTS.write_text(render(rows, info, seconds, previous, partial))
         print(f"wrote {RESULTS}")
     return 0 if all(r.passed for r in rows) else 1
 
@@ -155,4 +191,5 @@ if __name__ == "__main__":
         parser.error(f"unknown benchmark {unknown[0]!r}; known: {', '.join(BENCHMARKS)}")
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     selected = arguments.names or list(BENCHMARKS)
-    sys.exit(asyncio.run(main(selected, write=arguments.write or not arguments.names)))
+    write = arguments.write or not arguments.names
+    sys.exit(asyncio.run(main(selected, write=write, partial=bool(arguments.names))))
