@@ -283,9 +283,10 @@ class Memstream:
     def _speculate(self, subject: str, messages: Sequence[OutgoingMessage]) -> _OwnWrite | None:
         """Before a publish: have the projector of this process apply the events while their
         acknowledgement is on its way (:meth:`ProjectorWorker.hold_own`), at the sequences
-        they get if no other event is stored before them, and commit them if the
-        acknowledgement says they did (else roll them back). The reader that follows finds
-        them projected; the projection overlapped the round trip instead of following it.
+        they get if no other event is stored before them, and keep them if the
+        acknowledgement says they did (else roll them back); kept events are committed with
+        the next few in the projector's open transaction. The reader that follows finds them
+        projected; the projection overlapped the round trip instead of following it.
 
         Only for a client that reads what it wrote (a read waited since its last write: an
         agent loop, not a burst of writes, which the projector applies in batches), while every
@@ -785,7 +786,7 @@ class _OwnWrite:
         if held is None:
             return
         if first == self._entries[0].seq:
-            if held.commit():  # its commit forgets them (_projected)
+            if held.commit():  # kept; the group's commit forgets them (_projected)
                 self._client._speculation_ended(True)
         else:
             held.abandon()

@@ -266,7 +266,7 @@ class AggregateStore(Generic[A]):
                     # Applied now if the snapshot has not seen them (else at the next reading).
                     cached.pending.extend((first + i, event) for i, event in enumerate(events))
                     cached.seq = result.seq
-                    self._apply_now(cached)  # before a speculation commits what the guard reads
+                    self._apply_now(cached)  # before a speculation keeps what the guard reads
                 if speculation is not None:
                     speculation.finish(first)
                 if self.published is not None:
