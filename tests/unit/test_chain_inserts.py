@@ -128,3 +128,44 @@ def test_a_long_chain_takes_one_insert_statement(tmp_path: Path) -> None:
     history = SqliteSessionQueries(connection).history("default", "s")
     assert [m["id"] for m in history] == [f"c{i}" for i in range(200)]
     connection.close()
+
+
+def test_a_chain_checks_its_ids_through_the_indexes_not_by_scanning_the_session(
+    tmp_path: Path,
+) -> None:
+    # Given a session that holds a chain already
+    decided = events(
+        [
+            ("chain", [f"a{i}" for i in range(12)], "omit"),
+            ("chain", [f"b{i}" for i in range(12)], "omit"),
+        ]
+    )
+    connection = open_database(tmp_path / "m.db")
+    try:
+        rows = SessionRows()
+        connection.execute("BEGIN")
+        apply_session_writes(connection, project_session_event("default", 1, decided[0]), rows)
+        rows.flush(connection)
+        connection.execute("COMMIT")
+        # When the next chain is inserted
+        statements: list[str] = []
+        connection.set_trace_callback(statements.append)
+        connection.execute("BEGIN")
+        apply_session_writes(connection, project_session_event("default", 2, decided[1]), rows)
+        rows.flush(connection)
+        connection.execute("COMMIT")
+        connection.set_trace_callback(None)
+        # Then its checks of ids and parents among the session's rows each seek an index on
+        # (sid, id) or (sid, parent_id): none visits every row of the session (an OR of the two
+        # lists did, and a chain's cost grew with its session)
+        checks = [s for s in statements if s.startswith("SELECT 1 FROM messages") and " IN (" in s]
+        assert len(checks) == 2
+        for check in checks:
+            plan = " ".join(row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + check))
+            assert "sid=? AND id=?" in plan or "sid=? AND parent_id=?" in plan, plan
+        history = SqliteSessionQueries(connection).history("default", "s")
+        assert [m["id"] for m in history] == [f"a{i}" for i in range(12)] + [
+            f"b{i}" for i in range(12)
+        ]
+    finally:
+        connection.close()
