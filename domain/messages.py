@@ -28,7 +28,8 @@ def normalize_message(message: object) -> Message:
         InvalidInputError: the message is not a dict, has a bad id/role/parts, is not JSON, or its
             JSON exceeds 1 MiB.
     """
-    if not isinstance(message, Mapping):
+    # (``type(...) is dict`` first: the Mapping check is an ABC lookup, hundreds per batch)
+    if type(message) is not dict and not isinstance(message, Mapping):
         raise InvalidInputError(f"message must be a dict, not {type(message).__name__}")
     stored: Message = dict(message)
     if "parts" not in stored and isinstance(stored.get("content"), str):
@@ -36,19 +37,30 @@ def normalize_message(message: object) -> Message:
     if "id" not in stored:
         stored = {"id": uuid.uuid4().hex, **stored}
     check_message_id(stored["id"], "message id")
-    name = f"message {stored['id'][:64]!r}"
     if not isinstance(stored.get("role"), str):
-        raise InvalidInputError(f"{name} role must be a string, not {_kind(stored, 'role')}")
+        raise InvalidInputError(
+            f"{_name(stored)} role must be a string, not {_kind(stored, 'role')}"
+        )
     if "parts" not in stored and "content" in stored:
-        raise InvalidInputError(f"{name} content must be a string, not {_kind(stored, 'content')}")
-    if not isinstance(stored.get("parts"), list):
-        raise InvalidInputError(f"{name} parts must be a list, not {_kind(stored, 'parts')}")
-    for index, part in enumerate(stored["parts"]):
-        if not isinstance(part, Mapping):
+        raise InvalidInputError(
+            f"{_name(stored)} content must be a string, not {_kind(stored, 'content')}"
+        )
+    parts = stored.get("parts")
+    if not isinstance(parts, list):
+        raise InvalidInputError(
+            f"{_name(stored)} parts must be a list, not {_kind(stored, 'parts')}"
+        )
+    for index, part in enumerate(parts):
+        if type(part) is not dict and not isinstance(part, Mapping):
             raise InvalidInputError(
-                f"{name} part {index} must be a dict, not {type(part).__name__}"
+                f"{_name(stored)} part {index} must be a dict, not {type(part).__name__}"
             )
     return stored
+
+
+def _name(message: Mapping[str, Any]) -> str:
+    """How an error names a message: by (the start of) its id."""
+    return f"message {message['id'][:64]!r}"
 
 
 def _kind(message: Mapping[str, Any], key: str) -> str:
