@@ -495,13 +495,10 @@ class ReadModelStore(Protocol):
         stats: ProjectorStats,
         *,
         committed: int | None = None,
-        hold: bool = False,
     ) -> Generator[None, None, int]:
         """Apply ``records`` in one transaction with the projections' new positions, pausing
         (``yield``) after each event; the generator returns the lowest position now committed.
-        Closing it before its end rolls the transaction back. ``hold``: pause once only, with
-        everything written but not committed; the next step commits (see
-        :meth:`memstream.workers.projector.ProjectorWorker.hold_own`).
+        Closing it before its end rolls the transaction back.
 
         A record at or below a projection's position is skipped for it. When the positions are
         below ``committed`` (the caller's last commit: someone dropped the read model), nothing

@@ -27,7 +27,6 @@ from memstream.projections.ports import (
     ReadModelRewound,
     TextEncoder,
     run_steps,
-    run_to_end,
 )
 from memstream.projections.registry_writes import TouchSession, project_registry_event
 from memstream.projections.session_writes import project_session_event
@@ -297,12 +296,10 @@ def batch_steps(
     committed: int | None = None,
     memo: BatchMemo | None = None,
     checkpointer: Checkpointer | None = None,
-    hold: bool = False,
 ) -> Generator[None, None, int]:
-    """Apply entries in one transaction, pausing (``yield``) after each event, and commit;
-    the generator returns the highest sequence now tracked. Closing it before its end rolls the
-    transaction back. ``hold``: pause once only, after every write and the new positions, just
-    before the commit (which the next step makes).
+    """Apply entries in one transaction (:class:`BatchTransaction`), pausing (``yield``) after
+    each event, and commit; the generator returns the highest sequence now tracked. Closing it
+    before its end rolls the transaction back.
 
     ``committed`` is the lowest position the caller knows it committed before. When the read
     model is behind it inside this transaction (another process dropped it to rebuild it),
@@ -323,13 +320,7 @@ def batch_steps(
         connection, projections, committed=committed, memo=memo, checkpointer=checkpointer
     )
     try:
-        if hold:
-            run_to_end(transaction.apply(entries, stats))
-            transaction.expose()
-            transaction.record_positions()
-            yield
-        else:
-            yield from transaction.apply(entries, stats)
+        yield from transaction.apply(entries, stats)
         return transaction.commit(stats)
     finally:
         transaction.rollback()  # once committed, nothing to roll back
@@ -349,7 +340,6 @@ class BatchTransaction:
         "_open",
         "_positions",
         "_projections",
-        "_recorded",
     )
 
     def __init__(
@@ -367,7 +357,6 @@ class BatchTransaction:
         self._checkpointer = checkpointer
         self._done = ProjectorStats()
         self._open = False
-        self._recorded = True  # the positions in the file are this transaction's
         with _translated():
             connection.execute("BEGIN IMMEDIATE")
             self._open = True
@@ -395,7 +384,6 @@ class BatchTransaction:
         connection, projections = self._connection, self._projections
         positions, done = self._positions, self._done
         done.attempts = stats.attempts
-        self._recorded = False
         decoded = _prepare(projections, entries)
         try:
             for entry in entries:
@@ -455,14 +443,6 @@ class BatchTransaction:
             for projection in self._projections:
                 projection.before_commit(self._connection)
 
-    def record_positions(self) -> None:
-        """Write the projections' positions (inside the transaction)."""
-        if self._recorded:
-            return
-        with _translated():
-            set_tracked_seqs(self._connection, self._positions)
-        self._recorded = True
-
     def commit(self, stats: ProjectorStats) -> int:
         """Write the positions and commit; the lowest position now committed. ``stats`` gets
         the counts of everything applied in the transaction.
@@ -472,8 +452,8 @@ class BatchTransaction:
         """
         try:
             self.expose()
-            self.record_positions()
             with _translated():
+                set_tracked_seqs(self._connection, self._positions)
                 self._connection.execute("COMMIT")
         except BaseException:
             self.rollback()

@@ -136,12 +136,7 @@ class SqliteReadModelStore:
             return tracked_seqs(self.connection, list(self._names))
 
     def steps(
-        self,
-        records: Sequence[LogRecord],
-        stats: ProjectorStats,
-        *,
-        committed: int | None = None,
-        hold: bool = False,
+        self, records: Sequence[LogRecord], stats: ProjectorStats, *, committed: int | None = None
     ) -> Generator[None, None, int]:
         return batch_steps(
             self.connection,
@@ -151,7 +146,6 @@ class SqliteReadModelStore:
             committed=committed,
             memo=self._memo,
             checkpointer=self._checkpointer,
-            hold=hold,
         )
 
     def apply(
