@@ -585,3 +585,33 @@ async def test_a_reader_in_another_process_gets_writes_kept_open_here_at_once(
         assert seen["read_seconds"] < 5, seen
     finally:
         await writer.close()
+
+
+async def test_wait_for_commits_the_own_writes_it_waits_for(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a client whose last write is kept in its projector's open transaction (no timer or
+    # size limit commits it within 30 s)
+    monkeypatch.setattr(projector_module, "GROUP_SECONDS", 30.0)
+    monkeypatch.setattr(projector_module, "GROUP_EVENTS", 10_000)
+    writer = await open_memstream(settings, workers=True)
+    try:
+        session = writer.session("s")
+        await turn(session, "m0")
+        await session.append_message({"id": "m1", "role": "user", "content": "t 1"})
+        projector = writer.projector
+        assert projector is not None
+        assert projector.committed > writer.positions["sessions"].position
+        # When it waits for the sessions read model (a public wait means committed)
+        started = time.monotonic()
+        await writer.wait_for("sessions")
+        assert time.monotonic() - started < 1
+        # Then the write is committed: another connection to the file reads it at once
+        assert writer.positions["sessions"].position == projector.committed
+        connection = sqlite3.connect(settings.data_dir / "memstream.db")
+        try:
+            assert connection.execute("SELECT count(*) FROM messages").fetchone() == (2,)
+        finally:
+            connection.close()
+    finally:
+        await writer.close()
