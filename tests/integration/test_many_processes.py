@@ -17,7 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from support.processes import MEMSTREAM, clean_env, json_of, memstream, stop, wait_for_text
+from support.processes import MEMSTREAM, clean_env, freeze, json_of, memstream, stop, wait_for_text
 
 from memstream.workers.nats_server import NatsServerProcess
 
@@ -221,7 +221,7 @@ def test_projectors_of_different_projections_run_apart_and_a_stopped_one_delays_
         while any(p["lag"] for p in json_of(env, "status")["projections"]):
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        workers["context"].send_signal(signal.SIGSTOP)
+        freeze(workers["context"])
         try:
             # Then writes are still projected into the sessions read model, read at once
             script(env, "append", "other", "40")

@@ -14,6 +14,7 @@ from typing import Any
 import nats.errors
 import pytest
 from nats.aio.msg import Msg
+from support.processes import freeze
 
 from memstream.workers.event_log import (
     EventLog,
@@ -145,22 +146,13 @@ async def _echo(msg: Msg) -> None:
     await msg.respond(msg.data)
 
 
-def _state(pid: int) -> str:
-    """The process state letter from /proc (``T`` once a SIGSTOP has taken effect)."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
 async def _lose_next_write(
     server: NatsServerProcess, client: Any, write: Callable[[], Awaitable[PublishResult]]
 ) -> tuple[asyncio.Task[PublishResult], NatsServerProcess]:
     """Start ``write`` against a server frozen (so it reads nothing), killed once the write is
     on the wire, and started again on the same port and store; the write's task and the new
     server."""
-    server.process.send_signal(signal.SIGSTOP)
-    deadline = time.monotonic() + 10
-    while _state(server.process.pid) != "T":  # stopped before it can read the write
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
+    freeze(server.process)  # stopped before it can read the write
     sent = client.stats["out_msgs"]
     task = asyncio.create_task(write())
     deadline = time.monotonic() + 10

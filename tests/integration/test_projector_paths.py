@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.processes import script_json
+from support.processes import freeze, script_json
 
 from memstream.client import HOLD_SECONDS, Memstream, open_memstream
 from memstream.projections.sqlite.checksum import checksum
@@ -454,7 +454,7 @@ async def test_a_write_whose_acknowledgement_is_slow_rolls_its_projection_back_i
         session = writer.session("s")
         await turn(session, "m0", "first")
         # When the server stops answering for a second while a write waits for its ack
-        server.process.send_signal(signal.SIGSTOP)
+        freeze(server.process)
         write = asyncio.create_task(
             session.append_message({"id": "m1", "role": "user", "content": "second"})
         )

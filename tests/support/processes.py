@@ -75,3 +75,18 @@ def stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> int:
         process.kill()
         process.wait()
         raise
+
+
+def process_state(pid: int) -> str:
+    """The process state letter from /proc (``T`` once a SIGSTOP has taken effect)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def freeze(process: subprocess.Popen[Any], timeout: float = 10) -> None:
+    """SIGSTOP ``process`` and return once it has taken effect: ``kill`` only queues the
+    signal, and a loaded machine may let the process run (answer a request) before it stops."""
+    process.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while process_state(process.pid) != "T":
+        assert time.monotonic() < deadline, f"pid {process.pid} did not stop"
+        time.sleep(0.001)
