@@ -316,11 +316,15 @@ def batch_steps(
     ``memo`` (the projector's own, across its batches): see :class:`BatchMemo`.
     ``checkpointer`` hears of the commit.
     """
+    # Projections that prepare a batch (embeddings: seconds while a model loads) do it before
+    # the transaction takes the file's write lock, which every other writer (a projector's
+    # event loop among them) would wait for meanwhile.
+    decoded = _prepare(projections, entries)
     transaction = BatchTransaction(
         connection, projections, committed=committed, memo=memo, checkpointer=checkpointer
     )
     try:
-        yield from transaction.apply(entries, stats)
+        yield from transaction.apply(entries, stats, decoded)
         return transaction.commit(stats)
     finally:
         transaction.rollback()  # once committed, nothing to roll back
@@ -377,14 +381,22 @@ class BatchTransaction:
         return min(self._positions.values()) if self._positions else 0
 
     def apply(
-        self, entries: Sequence[LogRecord], stats: ProjectorStats
+        self,
+        entries: Sequence[LogRecord],
+        stats: ProjectorStats,
+        decoded: dict[int, object] | None = None,
     ) -> Generator[None, None, None]:
         """Apply ``entries``, pausing after each event (see :func:`batch_steps`). On a failure
-        (raised) the caller rolls the transaction back. ``stats.attempts`` counts failures."""
+        (raised) the caller rolls the transaction back. ``stats.attempts`` counts failures.
+
+        ``decoded``: what :func:`_prepare` returned for ``entries``, prepared before the
+        transaction began; without it projections that prepare do it now, holding the lock.
+        """
         connection, projections = self._connection, self._projections
         positions, done = self._positions, self._done
         done.attempts = stats.attempts
-        decoded = _prepare(projections, entries)
+        if decoded is None:
+            decoded = _prepare(projections, entries)
         try:
             for entry in entries:
                 pending = [p for p in projections if entry.seq > positions[p.name]]

@@ -329,3 +329,38 @@ def test_a_checkpoint_that_fails_is_logged_and_tried_again(
         assert checkpointer.checkpoints == 1
     finally:
         checkpointer.stop()
+
+
+class _Preparing(SessionProjection):
+    """The session projection with a ``prepare`` step (as the vectors projection embeds its
+    texts there), which records whether another connection could take the write lock then."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.lock_free: list[bool] = []
+
+    def prepare(self, events: Any) -> None:
+        other = sqlite3.connect(self.path, isolation_level=None, timeout=0)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+            self.lock_free.append(True)
+        except sqlite3.OperationalError:  # database is locked
+            self.lock_free.append(False)
+        finally:
+            other.close()
+
+
+def test_a_batch_is_prepared_before_its_transaction_takes_the_write_lock(
+    database: sqlite3.Connection, tmp_path: Path
+) -> None:
+    # A model loading or encoding in prepare takes seconds: holding the write lock meanwhile
+    # stalled every other writer, an event loop's projector among them (5 s in one test).
+    log = Log()
+    for n in range(3):
+        log.append("s", f"m{n}", f"text {n}")
+    preparing = _Preparing(tmp_path / "memstream.db")
+    assert apply_batch(database, [preparing], log.entries, ProjectorStats()) == 3
+    assert preparing.lock_free == [True]
+    assert SqliteSessionQueries(database).search(NAMESPACE, "s", "text", 10)
