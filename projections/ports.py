@@ -150,6 +150,11 @@ class StoreTransaction(Protocol):
         """Roll back (nothing once it has ended)."""
 
 
+class StoreBusy(Exception):
+    """Another connection holds the read model's write lock (raised only to a caller that
+    asked not to wait for it: ``wait=False``)."""
+
+
 class ReadModelRewound(Exception):
     """The read model's tracked position went backwards (it was dropped for a rebuild), or it
     was damaged or replaced: the projector re-binds its consumer to the new position."""
@@ -495,6 +500,7 @@ class ReadModelStore(Protocol):
         stats: ProjectorStats,
         *,
         committed: int | None = None,
+        wait: bool = True,
     ) -> Generator[None, None, int]:
         """Apply ``records`` in one transaction with the projections' new positions, pausing
         (``yield``) after each event; the generator returns the lowest position now committed.
@@ -505,19 +511,24 @@ class ReadModelStore(Protocol):
         is written and :class:`ReadModelRewound` is raised. A failing event raises (the batch
         rolls back, to be retried); after :data:`MAX_ATTEMPTS` failures, or at once when it
         cannot be decoded, it is recorded as a dead letter and passed over. ``stats`` counts
-        only what a committed transaction did (``attempts`` survives rollbacks)."""
+        only what a committed transaction did (``attempts`` survives rollbacks).
+
+        ``wait=False``: when another connection holds the write lock, the first step raises
+        :class:`StoreBusy` at once instead of waiting for it (an event loop must not block)."""
 
     def apply(
         self, records: Sequence[LogRecord], stats: ProjectorStats, *, committed: int | None = None
     ) -> int:
         """:meth:`steps` driven to its end without pausing."""
 
-    def transaction(self, *, committed: int | None = None) -> StoreTransaction:
+    def transaction(self, *, committed: int | None = None, wait: bool = True) -> StoreTransaction:
         """Begin a write transaction that applies records batch after batch until it commits
-        (what :meth:`steps` does for one batch). ``committed``: as for :meth:`steps`.
+        (what :meth:`steps` does for one batch). ``committed`` and ``wait``: as for
+        :meth:`steps`.
 
         Raises:
             ReadModelRewound: the positions are below ``committed``.
+            StoreBusy: ``wait`` is false and another connection holds the write lock.
         """
 
     def replaced(self) -> bool:

@@ -35,6 +35,7 @@ from memstream.projections.ports import (
     ReadModelCopy,
     ReadModelRewound,
     ReadModelStore,
+    StoreBusy,
     StoreTransaction,
     run_to_end,
     step,
@@ -182,6 +183,7 @@ class ProjectorWorker:
         self.in_thread = in_thread
         self._acked_at = 0.0
         self.stats = ProjectorStats()
+        self.busy_batches = 0  # batches sent to a thread: another connection held the lock
         self.own_batches = 0  # batches applied for a reader here (apply_own), for tests and status
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -367,7 +369,8 @@ class ProjectorWorker:
         try:
             group = self._group
             if group is None:
-                group = self._group = self.store.transaction(committed=self._durable)
+                # Not waiting for another connection's write lock: the deliveries apply them.
+                group = self._group = self.store.transaction(committed=self._durable, wait=False)
             self._group_entries += entries
             run_to_end(group.apply(entries, self._group_stats))
             group.expose()
@@ -743,17 +746,24 @@ class ProjectorWorker:
             entries,
             self.stats,
             committed=self._committed,  # someone may have dropped it to rebuild it
+            wait=False,
         )
         demand = self.demand
         slice_end = time.perf_counter() + APPLY_SLICE
         try:
-            while (result := step(steps)) is None:
-                if demand is None or demand.pressing(self._committed):
-                    continue
-                now = time.perf_counter()
-                if now >= slice_end:
+            try:
+                result = step(steps)
+            except StoreBusy:
+                # Another connection (a worker of another process, a thread) writes: wait for
+                # its lock in a thread, not in SQLite's busy handler on the event loop.
+                self.busy_batches += 1
+                return await self._apply_in_thread(entries)
+            while result is None:
+                pausing = demand is not None and not demand.pressing(self._committed)
+                if pausing and time.perf_counter() >= slice_end:
                     await asyncio.sleep(0)
                     slice_end = time.perf_counter() + APPLY_SLICE
+                result = step(steps)
             return result
         finally:
             steps.close()  # rolls back a batch left unfinished (stopped in the middle)

@@ -25,6 +25,7 @@ from memstream.projections.ports import (
     LogRecord,
     ProjectorStats,
     ReadModelRewound,
+    StoreBusy,
     TextEncoder,
     run_steps,
 )
@@ -296,6 +297,7 @@ def batch_steps(
     committed: int | None = None,
     memo: BatchMemo | None = None,
     checkpointer: Checkpointer | None = None,
+    wait: bool = True,
 ) -> Generator[None, None, int]:
     """Apply entries in one transaction (:class:`BatchTransaction`), pausing (``yield``) after
     each event, and commit; the generator returns the highest sequence now tracked. Closing it
@@ -314,14 +316,20 @@ def batch_steps(
     it is the retry count).
 
     ``memo`` (the projector's own, across its batches): see :class:`BatchMemo`.
-    ``checkpointer`` hears of the commit.
+    ``checkpointer`` hears of the commit. ``wait=False``: :class:`StoreBusy` at the first step
+    when another connection holds the write lock, instead of waiting for it.
     """
     # Projections that prepare a batch (embeddings: seconds while a model loads) do it before
     # the transaction takes the file's write lock, which every other writer (a projector's
     # event loop among them) would wait for meanwhile.
     decoded = _prepare(projections, entries)
     transaction = BatchTransaction(
-        connection, projections, committed=committed, memo=memo, checkpointer=checkpointer
+        connection,
+        projections,
+        committed=committed,
+        memo=memo,
+        checkpointer=checkpointer,
+        wait=wait,
     )
     try:
         yield from transaction.apply(entries, stats, decoded)
@@ -354,6 +362,7 @@ class BatchTransaction:
         committed: int | None = None,
         memo: BatchMemo | None = None,
         checkpointer: Checkpointer | None = None,
+        wait: bool = True,
     ) -> None:
         self._connection = connection
         self._projections = projections
@@ -362,7 +371,7 @@ class BatchTransaction:
         self._done = ProjectorStats()
         self._open = False
         with _translated():
-            connection.execute("BEGIN IMMEDIATE")
+            _begin_immediate(connection, wait)
             self._open = True
             try:
                 positions = _begin_positions(connection, projections, memo)
@@ -505,6 +514,25 @@ def _translated() -> Iterator[None]:
         if is_damage(error):
             raise damaged(error) from error
         raise
+
+
+def _begin_immediate(connection: sqlite3.Connection, wait: bool) -> None:
+    """Take the file's write lock; without ``wait``, fail at once with :class:`StoreBusy`
+    when another connection holds it (an event loop must not sleep in SQLite's busy handler,
+    up to its busy timeout, while another process or thread writes)."""
+    if wait:
+        connection.execute("BEGIN IMMEDIATE")
+        return
+    timeout = int(connection.execute("PRAGMA busy_timeout").fetchone()[0])
+    connection.execute("PRAGMA busy_timeout = 0")
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as error:
+        if error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+            raise StoreBusy(str(error)) from error
+        raise
+    finally:
+        connection.execute(f"PRAGMA busy_timeout = {timeout}")
 
 
 def _prepare(projections: Sequence[Projection], entries: Sequence[LogRecord]) -> dict[int, object]:

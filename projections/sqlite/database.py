@@ -31,6 +31,9 @@ APPLICATION_ID_VERSION = 6
 # Up to this size, opening for the projector (``repair=True``) runs ``PRAGMA quick_check``:
 # about 1 ms per MiB with a warm page cache. Larger files are checked at their first error.
 QUICK_CHECK_LIMIT = 32 * 1024 * 1024
+# How long a statement waits for another connection's write lock before it fails.
+BUSY_TIMEOUT_MS = 30_000
+
 # Switching a fresh file to WAL needs an exclusive lock that SQLite's busy handler does not
 # wait for, so concurrent first opens retry it (bounded).
 WAL_SWITCH_TIMEOUT = 30.0
@@ -546,7 +549,7 @@ def _open_checked(path: Path, quick_check_limit: int) -> ReadModelConnection:
                 factory=ReadModelConnection,
             )
             identity = file_identity(path)
-            connection.execute("PRAGMA busy_timeout = 30000")
+            connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             _use_wal(connection)
             connection.execute("PRAGMA synchronous = NORMAL")
             connection.execute("PRAGMA temp_store = MEMORY")

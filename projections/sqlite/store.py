@@ -136,7 +136,12 @@ class SqliteReadModelStore:
             return tracked_seqs(self.connection, list(self._names))
 
     def steps(
-        self, records: Sequence[LogRecord], stats: ProjectorStats, *, committed: int | None = None
+        self,
+        records: Sequence[LogRecord],
+        stats: ProjectorStats,
+        *,
+        committed: int | None = None,
+        wait: bool = True,
     ) -> Generator[None, None, int]:
         return batch_steps(
             self.connection,
@@ -146,6 +151,7 @@ class SqliteReadModelStore:
             committed=committed,
             memo=self._memo,
             checkpointer=self._checkpointer,
+            wait=wait,
         )
 
     def apply(
@@ -153,13 +159,14 @@ class SqliteReadModelStore:
     ) -> int:
         return run_steps(self.steps(records, stats, committed=committed))
 
-    def transaction(self, *, committed: int | None = None) -> BatchTransaction:
+    def transaction(self, *, committed: int | None = None, wait: bool = True) -> BatchTransaction:
         return BatchTransaction(
             self.connection,
             self.sqlite_projections,
             committed=committed,
             memo=self._memo,
             checkpointer=self._checkpointer,
+            wait=wait,
         )
 
     def replaced(self) -> bool:

@@ -615,3 +615,50 @@ async def test_wait_for_commits_the_own_writes_it_waits_for(
             connection.close()
     finally:
         await writer.close()
+
+
+async def test_the_event_loop_never_waits_for_another_connections_write_lock(
+    ms: Memstream, settings: Settings
+) -> None:
+    # Given a client whose projector applies its writes on the event loop, reading after
+    # each write (so it also applies its own writes for its reads)
+    session = ms.session("s")
+    await turn(session, "m0")
+    projector = ms.projector
+    assert projector is not None
+    worst = 0.0
+    beating = True
+
+    async def heartbeat() -> None:
+        nonlocal worst
+        last = time.perf_counter()
+        while beating:
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            worst = max(worst, now - last - 0.005)
+            last = now
+
+    # When another connection (another process's worker, a thread) holds the write lock
+    blocker = sqlite3.connect(settings.database_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    beat = asyncio.create_task(heartbeat())
+    try:
+        for i in range(1, 21):
+            await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
+        read = asyncio.create_task(session.get_history())
+        await asyncio.sleep(0.5)
+        # Then writes are acknowledged and the loop keeps running (it never sleeps in SQLite's
+        # busy handler: the batch waits for the lock in a thread), and no read sees a partial
+        # projection
+        assert not read.done()
+        assert worst < 0.25, worst
+        assert projector.busy_batches >= 1
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        beating = False
+        await beat
+    # And once the lock is free, everything is projected and read
+    history = await asyncio.wait_for(read, 10)
+    assert [m["id"] for m in history] == [f"m{i}" for i in range(21)]
+    assert [m["id"] for m in await session.get_history()] == [f"m{i}" for i in range(21)]
