@@ -321,8 +321,13 @@ _LEFT_RUNNING: list[subprocess.Popen[bytes]] = []
 
 
 def _left_running(process: subprocess.Popen[bytes]) -> None:
-    _LEFT_RUNNING[:] = [p for p in _LEFT_RUNNING if p.poll() is None]
+    _reap_left()
     _LEFT_RUNNING.append(process)
+
+
+def _reap_left() -> None:
+    """Forget (and reap: ``poll`` waits for a zombie) the servers left running that ended."""
+    _LEFT_RUNNING[:] = [p for p in _LEFT_RUNNING if p.poll() is None]
 
 
 def _url(port: int) -> str:
@@ -392,3 +397,4 @@ def _stop_ours(pid: int, data_dir: Path) -> None:
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and _is_our_server(pid, data_dir):
             time.sleep(0.02)
+        _reap_left()  # a server this process started, left to a guest that stopped it here

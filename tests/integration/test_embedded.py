@@ -78,9 +78,15 @@ async def test_an_owner_that_exits_leaves_the_server_to_its_guest(tmp_path: Path
     finally:
         await guest.close()
         await owner.close()
-    # And the last one out stopped it
+    # And the last one out stopped it, and this process (its parent) reaped it: no zombie
     assert _servers_of(data_dir) == []
     assert not (data_dir / "runtime.json").exists()
+    assert not _has_proc_entry(server_pid)
+
+
+def _has_proc_entry(pid: int) -> bool:
+    """Whether ``pid`` is a process or a zombie not reaped yet."""
+    return Path(f"/proc/{pid}").exists()
 
 
 CLIENT = Path(__file__).resolve().parents[1] / "support" / "embedded_client.py"
