@@ -10,7 +10,7 @@ import signal
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -542,79 +542,80 @@ async def test_a_write_kept_in_the_open_transaction_is_committed_when_the_client
         connection.close()
 
 
-async def test_a_reader_in_another_process_gets_writes_kept_open_here_at_once(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Given a client running an agent loop whose acknowledged writes stay in its projector's
-    # open transaction (not committed for 30 s or 10,000 events, and no delivered batch before
-    # 30 s, unless someone asks for them)
+@pytest.fixture
+async def keeping(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Memstream]:
+    """A client whose acknowledged own writes stay in its projector's open transaction: no
+    timer (30 s) or size limit (10,000 events) commits them during a test."""
     monkeypatch.setattr(projector_module, "GROUP_SECONDS", 30.0)
     monkeypatch.setattr(projector_module, "GROUP_EVENTS", 10_000)
     writer = await open_memstream(settings, workers=True)
     try:
-        projector = writer.projector
-        assert projector is not None
-        projector.linger = 30.0
-        session = writer.session("here")
-        await turn(session, "m0")
-        for i in range(1, 21):
-            await turn(session, f"m{i}")
-        assert projector.committed > writer.positions["sessions"].position  # kept open
-        # When a new process connects and reads that session while the loop goes on
-        reader = asyncio.ensure_future(
-            asyncio.to_thread(
-                script_json,
-                SESSION_PROCESS,
-                "read",
-                str(settings.nats_url),
-                settings.stream,
-                str(settings.data_dir),
-                "here",
-            )
-        )
-        i = 21
-        while not reader.done():
-            await turn(session, f"m{i}")
-            await asyncio.sleep(0.005)
-            i += 1
-        seen = await reader
-        # Then it saw every write the log held when it connected, without waiting 30 s for the
-        # open transaction's commit (its wait asked this projector for them)
-        assert seen["ids"] == [f"m{n}" for n in range(len(seen["ids"]))]
-        assert len(seen["ids"]) >= 21
-        assert seen["read_seconds"] < 5, seen
+        yield writer
     finally:
         await writer.close()
+
+
+async def test_a_reader_in_another_process_gets_writes_kept_open_here_at_once(
+    settings: Settings, keeping: Memstream
+) -> None:
+    # Given a client running an agent loop whose acknowledged writes stay in its projector's
+    # open transaction (and no delivered batch before 30 s), unless someone asks for them
+    writer = keeping
+    projector = writer.projector
+    assert projector is not None
+    projector.linger = 30.0
+    session = writer.session("here")
+    await turn(session, "m0")
+    for i in range(1, 21):
+        await turn(session, f"m{i}")
+    assert projector.committed > writer.positions["sessions"].position  # kept open
+    # When a new process connects and reads that session while the loop goes on
+    reader = asyncio.ensure_future(
+        asyncio.to_thread(
+            script_json,
+            SESSION_PROCESS,
+            "read",
+            str(settings.nats_url),
+            settings.stream,
+            str(settings.data_dir),
+            "here",
+        )
+    )
+    i = 21
+    while not reader.done():
+        await turn(session, f"m{i}")
+        await asyncio.sleep(0.005)
+        i += 1
+    seen = await reader
+    # Then it saw every write the log held when it connected, without waiting 30 s for the
+    # open transaction's commit (its wait asked this projector for them)
+    assert seen["ids"] == [f"m{n}" for n in range(len(seen["ids"]))]
+    assert len(seen["ids"]) >= 21
+    assert seen["read_seconds"] < 5, seen
 
 
 async def test_wait_for_commits_the_own_writes_it_waits_for(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, keeping: Memstream
 ) -> None:
-    # Given a client whose last write is kept in its projector's open transaction (no timer or
-    # size limit commits it within 30 s)
-    monkeypatch.setattr(projector_module, "GROUP_SECONDS", 30.0)
-    monkeypatch.setattr(projector_module, "GROUP_EVENTS", 10_000)
-    writer = await open_memstream(settings, workers=True)
+    # Given a client whose last write is kept in its projector's open transaction
+    writer = keeping
+    session = writer.session("s")
+    await turn(session, "m0")
+    await session.append_message({"id": "m1", "role": "user", "content": "t 1"})
+    projector = writer.projector
+    assert projector is not None
+    assert projector.committed > writer.positions["sessions"].position
+    # When it waits for the sessions read model (a public wait means committed)
+    started = time.monotonic()
+    await writer.wait_for("sessions")
+    assert time.monotonic() - started < 1
+    # Then the write is committed: another connection to the file reads it at once
+    assert writer.positions["sessions"].position == projector.committed
+    connection = sqlite3.connect(settings.data_dir / "memstream.db")
     try:
-        session = writer.session("s")
-        await turn(session, "m0")
-        await session.append_message({"id": "m1", "role": "user", "content": "t 1"})
-        projector = writer.projector
-        assert projector is not None
-        assert projector.committed > writer.positions["sessions"].position
-        # When it waits for the sessions read model (a public wait means committed)
-        started = time.monotonic()
-        await writer.wait_for("sessions")
-        assert time.monotonic() - started < 1
-        # Then the write is committed: another connection to the file reads it at once
-        assert writer.positions["sessions"].position == projector.committed
-        connection = sqlite3.connect(settings.data_dir / "memstream.db")
-        try:
-            assert connection.execute("SELECT count(*) FROM messages").fetchone() == (2,)
-        finally:
-            connection.close()
+        assert connection.execute("SELECT count(*) FROM messages").fetchone() == (2,)
     finally:
-        await writer.close()
+        connection.close()
 
 
 async def test_the_event_loop_never_waits_for_another_connections_write_lock(
