@@ -14,7 +14,7 @@ from memstream.workers.nats_server import NatsServerProcess
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The fake OpenAI-compatible endpoint's ``llm`` fixture.
-pytest_plugins = ["support.fake_llm"]
+pytest_plugins = ["support.fake_llm", "support.postgres"]
 
 
 @pytest.fixture

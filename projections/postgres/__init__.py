@@ -1,0 +1,1 @@
+"""PostgreSQL read models (psycopg 3): connections, the versioned schema, projector locks."""
