@@ -1,0 +1,376 @@
+"""Applies session read-model writes to PostgreSQL: the message tree with its path aggregates,
+full text (a ``tsvector`` per message, no second copy of its text), overlays, decision state.
+
+The same writes as SQLite's writer (:mod:`memstream.projections.sqlite.session_writer`) and the
+same rows: each message row links to its parent's row (``parent_mid``, NULL while the parent is
+not stored) and carries its path's aggregates (``depth``: hops below its root; ``path_bytes``:
+bytes of the rows root→it); each session counts its messages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from memstream.projections.postgres.schema import TEXT_SEARCH
+from memstream.projections.session_writes import (
+    ClearSession,
+    DeleteMessages,
+    InsertCompaction,
+    InsertMessage,
+    RecordPosition,
+    RecordPrompt,
+    RecordSkill,
+    SessionWrite,
+    UpdateMessage,
+)
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+# Entries PgSessionRows keeps of each kind before it starts again.
+ROWS_KEPT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    """A message row just inserted, with its path aggregates: the parent of the next message
+    of a chain, found without a lookup."""
+
+    sid: int
+    id: str
+    mid: int
+    depth: int
+    path_bytes: int
+
+
+class PgSessionRows:
+    """What the writes learnt of the read model (session keys, each session's last inserted
+    row), valid inside one transaction and across the transactions of one connection while no
+    other connection writes the sessions projection (it has one projector); and the writes
+    still owed at :meth:`flush` (children counts, message counts, positions). Whoever applies
+    writes calls :meth:`forget` after a rollback."""
+
+    __slots__ = ("children", "counts", "positions", "sids", "tips")
+
+    def __init__(self) -> None:
+        self.sids: dict[tuple[str, str], int] = {}
+        self.tips: dict[int, _Stored] = {}
+        self.children: dict[int, int] = {}  # parent mid → children gained
+        self.counts: dict[int, int] = {}  # sid → messages added
+        self.positions: dict[tuple[str, str], tuple[int, int]] = {}  # (seq, version)
+
+    def forget(self) -> None:
+        self.sids.clear()
+        self.tips.clear()
+        self.children.clear()
+        self.counts.clear()
+        self.positions.clear()
+
+    def flush(self, connection: Connection) -> None:
+        """Write what the writes so far still owe the read model."""
+        with connection.cursor() as cursor:
+            if self.children:
+                cursor.executemany(
+                    "UPDATE messages SET child_count = child_count + %s WHERE mid = %s",
+                    [(added, mid) for mid, added in sorted(self.children.items())],
+                )
+                self.children.clear()
+            if self.counts:
+                cursor.executemany(
+                    "UPDATE session_keys SET messages = messages + %s WHERE sid = %s",
+                    [(added, sid) for sid, added in sorted(self.counts.items()) if added],
+                )
+                self.counts.clear()
+            if self.positions:
+                cursor.executemany(
+                    "INSERT INTO session_state (namespace, session_id, last_seq, version, sid) "
+                    "VALUES (%(ns)s, %(id)s, %(seq)s, %(version)s, (SELECT sid FROM session_keys "
+                    "WHERE namespace = %(ns)s AND session_id = %(id)s)) "
+                    "ON CONFLICT (namespace, session_id) DO UPDATE SET "
+                    "last_seq = excluded.last_seq, version = excluded.version, sid = excluded.sid",
+                    [
+                        {"ns": key[0], "id": key[1], "seq": seq, "version": version}
+                        for key, (seq, version) in sorted(self.positions.items())
+                    ],
+                )
+                self.positions.clear()
+
+    def sid(self, connection: Connection, namespace: str, session_id: str) -> int:
+        key = (namespace, session_id)
+        sid = self.sids.get(key)
+        if sid is None:
+            if len(self.sids) >= ROWS_KEPT:
+                self.sids.clear()
+            sid = self.sids[key] = session_key(connection, namespace, session_id)
+        return sid
+
+    def stored(self, row: _Stored) -> None:
+        if len(self.tips) >= ROWS_KEPT and row.sid not in self.tips:
+            self.tips.clear()
+        self.tips[row.sid] = row
+
+
+def session_key(connection: Connection, namespace: str, session_id: str) -> int:
+    """The integer key of a session, created on first use."""
+    row = connection.execute(
+        "SELECT sid FROM session_keys WHERE namespace = %s AND session_id = %s",
+        (namespace, session_id),
+    ).fetchone()
+    if row is None:
+        row = connection.execute(
+            "INSERT INTO session_keys (namespace, session_id) VALUES (%s, %s) RETURNING sid",
+            (namespace, session_id),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def apply_session_writes(
+    connection: Connection, writes: Iterable[SessionWrite], rows: PgSessionRows | None = None
+) -> None:
+    """Apply ``writes`` inside the caller's transaction. With ``rows`` (see
+    :class:`PgSessionRows`) the caller flushes what they owe before it commits; without, all is
+    written before this returns."""
+    owned = rows is None
+    rows = PgSessionRows() if rows is None else rows
+    for write in writes:
+        _apply(connection, write, rows)
+    if owned:
+        rows.flush(connection)
+
+
+def _apply(connection: Connection, write: SessionWrite, rows: PgSessionRows) -> None:
+    if isinstance(write, RecordPosition):
+        rows.positions[(write.namespace, write.session_id)] = (write.seq, write.version)
+        return
+    if isinstance(write, RecordPrompt | RecordSkill):
+        _record_state(connection, write)
+        return
+    sid = rows.sid(connection, write.namespace, write.session_id)
+    if isinstance(write, InsertMessage):
+        stored = _insert(connection, sid, write, rows)
+        if stored is not None:
+            rows.stored(stored)
+            rows.counts[sid] = rows.counts.get(sid, 0) + 1
+        return
+    # Any other write may change the aggregates or children counts of the rows it touches:
+    # what is owed is written first.
+    rows.tips.pop(sid, None)
+    rows.flush(connection)
+    if isinstance(write, UpdateMessage):
+        _update(connection, sid, write)
+    elif isinstance(write, DeleteMessages):
+        for message_id in write.message_ids:
+            if _delete(connection, sid, message_id):
+                rows.counts[sid] = rows.counts.get(sid, 0) - 1
+    elif isinstance(write, ClearSession):
+        connection.execute("DELETE FROM messages WHERE sid = %s", (sid,))
+        connection.execute("DELETE FROM compactions WHERE sid = %s", (sid,))
+        connection.execute("UPDATE session_keys SET messages = 0 WHERE sid = %s", (sid,))
+        rows.counts[sid] = 0
+        # A clear also unloads the session's skills (its frozen prompt stays).
+        connection.execute(
+            "UPDATE session_state SET loaded_skills = '[]' "
+            "WHERE namespace = %s AND session_id = %s",
+            (write.namespace, write.session_id),
+        )
+    elif isinstance(write, InsertCompaction):
+        connection.execute(
+            "INSERT INTO compactions (sid, id, summary, from_message_id, to_message_id, "
+            "position, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (
+                sid,
+                write.compaction_id,
+                write.summary,
+                write.from_message_id,
+                write.to_message_id,
+                write.position,
+                write.created_at,
+            ),
+        )
+
+
+# Moves a subtree's path aggregates by (depth, bytes): its root's path changed above it. The
+# walk follows the row links down (children by parent id, checked against the link); UNION
+# rather than UNION ALL, so that it ends even on a damaged read model whose links form a loop.
+_SHIFT_SUBTREE = """
+WITH RECURSIVE subtree (mid, id) AS (
+    SELECT mid, id FROM messages WHERE mid = %(root)s
+    UNION
+    SELECT c.mid, c.id FROM subtree JOIN messages AS c
+    ON c.sid = %(sid)s AND c.parent_id = subtree.id AND c.parent_mid = subtree.mid
+)
+UPDATE messages SET depth = depth + %(depth)s, path_bytes = path_bytes + %(bytes)s
+WHERE mid IN (SELECT mid FROM subtree)
+"""
+
+
+def _shift_subtree(connection: Connection, sid: int, root: int, depth: int, size: int) -> None:
+    if depth or size:
+        connection.execute(
+            _SHIFT_SUBTREE, {"sid": sid, "root": root, "depth": depth, "bytes": size}
+        )
+
+
+def _size(content: str) -> int:
+    return len(content.encode("utf-8", "surrogatepass"))
+
+
+def _insert(
+    connection: Connection, sid: int, write: InsertMessage, rows: PgSessionRows
+) -> _Stored | None:
+    """Insert a message; the inserted row, or ``None`` if its id was already stored (the domain
+    never appends an existing id: keep the first content if it did). Its parent's children
+    count is owed."""
+    parent_mid, depth, path_bytes = _parent_of(connection, sid, write.parent_id, rows)
+    depth += 1
+    size = _size(write.content)
+    path_bytes += size
+    row = connection.execute(
+        "INSERT INTO messages (sid, id, parent_id, parent_mid, role, content, bytes, position, "
+        "created_at, child_count, depth, path_bytes, search) VALUES (%(sid)s, %(id)s, "
+        "%(parent_id)s, %(parent_mid)s, %(role)s, %(content)s, %(bytes)s, %(position)s, "
+        "%(created_at)s, (SELECT count(*) FROM messages WHERE sid = %(sid)s "
+        "AND parent_id = %(id)s), %(depth)s, %(path_bytes)s, "
+        f"to_tsvector('{TEXT_SEARCH}', %(text)s)) "
+        "ON CONFLICT (sid, id) DO NOTHING RETURNING mid, child_count",
+        {
+            "sid": sid,
+            "id": write.message_id,
+            "parent_id": write.parent_id,
+            "parent_mid": parent_mid,
+            "role": write.role,
+            "content": write.content,
+            "bytes": size,
+            "position": write.position,
+            "created_at": write.created_at,
+            "depth": depth,
+            "path_bytes": path_bytes,
+            "text": write.text,
+        },
+    ).fetchone()
+    if row is None:
+        return None
+    mid, children = int(row[0]), int(row[1])
+    if parent_mid is not None:
+        rows.children[parent_mid] = rows.children.get(parent_mid, 0) + 1
+    if children:
+        # Orphans left by a delete of this id point at it again, and their subtrees' paths
+        # now run through it.
+        orphans = connection.execute(
+            "SELECT mid, depth, bytes, path_bytes FROM messages "
+            "WHERE sid = %s AND parent_id = %s AND parent_mid IS NULL",
+            (sid, write.message_id),
+        ).fetchall()
+        for orphan, orphan_depth, orphan_bytes, orphan_path_bytes in orphans:
+            connection.execute("UPDATE messages SET parent_mid = %s WHERE mid = %s", (mid, orphan))
+            _shift_subtree(
+                connection,
+                sid,
+                orphan,
+                depth + 1 - orphan_depth,
+                path_bytes + orphan_bytes - orphan_path_bytes,
+            )
+    return _Stored(sid, write.message_id, mid, depth, path_bytes)
+
+
+def _parent_of(
+    connection: Connection, sid: int, parent_id: str | None, rows: PgSessionRows
+) -> tuple[int | None, int, int]:
+    """The row id and path aggregates (depth, path bytes) of a new message's parent row: depth
+    -1 and no bytes for a root or a parent that is not stored. In a chain the parent is the row
+    inserted just before: no lookup."""
+    if parent_id is None:
+        return None, -1, 0
+    last = rows.tips.get(sid)
+    if last is not None and last.id == parent_id:
+        return last.mid, last.depth, last.path_bytes
+    row = connection.execute(
+        "SELECT mid, depth, path_bytes FROM messages WHERE sid = %s AND id = %s",
+        (sid, parent_id),
+    ).fetchone()
+    return (None, -1, 0) if row is None else (int(row[0]), int(row[1]), int(row[2]))
+
+
+def _update(connection: Connection, sid: int, write: UpdateMessage) -> None:
+    row = connection.execute(
+        "SELECT mid, bytes FROM messages WHERE sid = %s AND id = %s", (sid, write.message_id)
+    ).fetchone()
+    if row is None:
+        return
+    mid, old_size = int(row[0]), int(row[1])
+    size = _size(write.content)
+    connection.execute(
+        f"UPDATE messages SET content = %s, bytes = %s, search = to_tsvector('{TEXT_SEARCH}', %s) "
+        "WHERE mid = %s",
+        (write.content, size, write.text, mid),
+    )
+    # Every path through this row changes by the difference in size.
+    _shift_subtree(connection, sid, mid, 0, size - old_size)
+
+
+def _delete(connection: Connection, sid: int, message_id: str) -> bool:
+    """Delete a message (``False``: it was not stored)."""
+    row = connection.execute(
+        "SELECT mid, parent_id, depth, path_bytes FROM messages WHERE sid = %s AND id = %s",
+        (sid, message_id),
+    ).fetchone()
+    if row is None:
+        return False
+    mid, parent_id, depth, path_bytes = int(row[0]), row[1], int(row[2]), int(row[3])
+    # Each child becomes the root of its path: its subtree loses this row and all above it.
+    children = connection.execute(
+        "SELECT mid FROM messages WHERE sid = %s AND parent_id = %s AND parent_mid = %s",
+        (sid, message_id, mid),
+    ).fetchall()
+    for (child,) in children:
+        _shift_subtree(connection, sid, int(child), -(depth + 1), -path_bytes)
+    connection.execute("DELETE FROM messages WHERE mid = %s", (mid,))
+    # Children keep their parent id but lose the link.
+    connection.execute(
+        "UPDATE messages SET parent_mid = NULL WHERE sid = %s AND parent_id = %s",
+        (sid, message_id),
+    )
+    if parent_id is not None:
+        connection.execute(
+            "UPDATE messages SET child_count = child_count - 1 WHERE sid = %s AND id = %s",
+            (sid, parent_id),
+        )
+    return True
+
+
+def _record_state(connection: Connection, write: RecordPrompt | RecordSkill) -> None:
+    """The session's decision-state row (its position is written by
+    :meth:`PgSessionRows.flush`, after it in the same transaction: until then the row may be
+    new)."""
+    key = (write.namespace, write.session_id)
+    connection.execute(
+        "INSERT INTO session_state (namespace, session_id, last_seq, version) "
+        "VALUES (%s, %s, 0, 0) ON CONFLICT DO NOTHING",
+        key,
+    )
+    if isinstance(write, RecordPrompt):
+        connection.execute(
+            "UPDATE session_state SET frozen_prompt = %s WHERE namespace = %s AND session_id = %s",
+            (write.prompt, *key),
+        )
+        return
+    row = connection.execute(
+        "SELECT loaded_skills FROM session_state WHERE namespace = %s AND session_id = %s "
+        "FOR UPDATE",
+        key,
+    ).fetchone()
+    assert row is not None
+    skills: list[str] = json.loads(row[0])
+    # As the aggregate's dict: a skill keeps its place when loaded again.
+    if write.loaded and write.skill not in skills:
+        skills.append(write.skill)
+    elif not write.loaded and write.skill in skills:
+        skills.remove(write.skill)
+    connection.execute(
+        "UPDATE session_state SET loaded_skills = %s WHERE namespace = %s AND session_id = %s",
+        (json.dumps(skills), *key),
+    )
