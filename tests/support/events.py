@@ -168,6 +168,14 @@ class RecordedLog:
             event.mutate(document)
         return self.record(events)
 
+    def delete_block(self, label: str, session_id: str | None) -> list[LogEntry]:
+        """Delete a built-in context block written before."""
+        document = self._documents[document_id(label, session_id)]
+        events = document.delete()
+        for event in events:
+            event.mutate(document)
+        return self.record(events)
+
     def entry(self, key: str, entry_key: str, content: str) -> list[LogEntry]:
         """Index an entry of search block ``key``."""
         index = self._indexes.setdefault(key, SearchIndex.empty(self.namespace, key))
