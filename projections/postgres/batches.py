@@ -1,0 +1,427 @@
+"""The projector's transactions on PostgreSQL: a batch of log records applied by the
+PostgreSQL projections, with their positions, in one transaction.
+
+The same contract as SQLite's (:mod:`memstream.projections.sqlite.batches`): a redelivered
+sequence at or below a projection's position is skipped for it; a failing event is retried
+with its batch, and its last attempt gets a savepoint of its own so that it alone is rolled
+back and recorded as a dead letter; a batch that finds the positions below what its projector
+committed (someone dropped the projection to rebuild it) writes nothing.
+
+A transaction locks its projections' tracking rows first (``FOR UPDATE``): two writers of one
+projection (a projector and a rebuild, say) take turns instead of interleaving, and
+``wait=False`` fails at once with :class:`~memstream.projections.ports.StoreBusy` while
+another holds them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Generator, Sequence
+from typing import Any, Protocol
+
+import psycopg
+from psycopg import errors
+
+from memstream.domain.errors import InvalidInputError
+from memstream.projections.context_writes import project_context_event
+from memstream.projections.memory_writes import project_memory_event
+from memstream.projections.ports import (
+    MAX_ATTEMPTS,
+    PROJECTOR_PROJECTIONS,
+    VERSIONS,
+    LogRecord,
+    ProjectorStats,
+    ReadModelRewound,
+    StoreBusy,
+    TextEncoder,
+)
+from memstream.projections.postgres.context_writer import apply_context_writes
+from memstream.projections.postgres.memory_writer import (
+    apply_memory_writes,
+    drop_vectors,
+    store_vectors,
+)
+from memstream.projections.postgres.registry_writer import apply_registry_writes, touch_sessions
+from memstream.projections.postgres.session_writer import PgSessionRows, apply_session_writes
+from memstream.projections.registry_writes import TouchSession, project_registry_event
+from memstream.projections.session_writes import project_session_event
+from memstream.projections.vector_writes import DropVectors, EmbedTexts, project_vector_event
+
+logger = logging.getLogger(__name__)
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+
+class PgProjection(Protocol):
+    """One read model fed by the projector, as PostgreSQL writes it."""
+
+    name: str
+
+    def apply(self, connection: Connection, namespace: str, seq: int, event: object) -> None:
+        """Write the effects of one event (inside the projector's transaction)."""
+
+    def forget(self) -> None:
+        """Drop what it remembers of the read model (after a rollback)."""
+
+    def before_commit(self, connection: Connection) -> None:
+        """Write what it held back (before the commit, and before an isolated event)."""
+
+
+class PgSessionProjection:
+    name = "sessions"
+
+    def __init__(self) -> None:
+        self.rows = PgSessionRows()
+
+    def apply(self, connection: Connection, namespace: str, seq: int, event: object) -> None:
+        apply_session_writes(connection, project_session_event(namespace, seq, event), self.rows)
+
+    def forget(self) -> None:
+        self.rows.forget()
+
+    def before_commit(self, connection: Connection) -> None:
+        self.rows.flush(connection)
+
+
+class PgContextProjection:
+    name = "context"
+
+    def apply(self, connection: Connection, namespace: str, seq: int, event: object) -> None:
+        apply_context_writes(connection, project_context_event(namespace, seq, event))
+
+    def forget(self) -> None:
+        pass
+
+    def before_commit(self, connection: Connection) -> None:
+        pass
+
+
+class PgRegistryProjection:
+    """Registered sessions; the touches of a batch are written once per session."""
+
+    name = "registry"
+
+    def __init__(self) -> None:
+        self.touches: dict[tuple[str, str], tuple[Any, int]] = {}
+
+    def apply(self, connection: Connection, namespace: str, seq: int, event: object) -> None:
+        for write in project_registry_event(namespace, seq, event):
+            if isinstance(write, TouchSession):
+                self.touches[(namespace, write.session_id)] = (write.at, write.seq)
+            else:
+                self.before_commit(connection)  # a later write must not be overtaken by a touch
+                apply_registry_writes(connection, [write])
+
+    def forget(self) -> None:
+        self.touches.clear()
+
+    def before_commit(self, connection: Connection) -> None:
+        if self.touches:
+            touch_sessions(
+                connection,
+                [(*key, moment.isoformat(), seq) for key, (moment, seq) in self.touches.items()],
+            )
+            self.touches.clear()
+
+
+class PgMemoryProjection:
+    name = "memory"
+
+    def apply(self, connection: Connection, namespace: str, seq: int, event: object) -> None:
+        apply_memory_writes(connection, project_memory_event(namespace, seq, event))
+
+    def forget(self) -> None:
+        pass
+
+    def before_commit(self, connection: Connection) -> None:
+        pass
+
+
+class PgVectorProjection:
+    """Embeddings; a batch's texts are embedded together in :meth:`prepare`, before its
+    transaction begins (a model takes seconds; no row stays locked meanwhile)."""
+
+    name = "vectors"
+
+    def __init__(self, encoder: TextEncoder) -> None:
+        self.encoder = encoder
+        self.ready: dict[tuple[int, str, str], Any] = {}
+
+    def prepare(self, events: Sequence[tuple[str, int, object]]) -> None:
+        self.ready.clear()
+        keys: list[tuple[int, str, str]] = []
+        texts: list[str] = []
+        for namespace, seq, event in events:
+            for write in project_vector_event(namespace, seq, event):
+                if isinstance(write, EmbedTexts):
+                    for item_id, _, text in write.items:
+                        keys.append((seq, write.kind, item_id))
+                        texts.append(text)
+        if texts:
+            self.ready = dict(zip(keys, self.encoder.encode(texts), strict=True))
+
+    def apply(self, connection: Connection, namespace: str, seq: int, event: object) -> None:
+        for write in project_vector_event(namespace, seq, event):
+            if isinstance(write, DropVectors):
+                drop_vectors(connection, write)
+                continue
+            keys = [(seq, write.kind, item_id) for item_id, _, _ in write.items]
+            if all(key in self.ready for key in keys):
+                vectors = [self.ready[key] for key in keys]
+            else:
+                vectors = list(self.encoder.encode([text for _, _, text in write.items]))
+            store_vectors(connection, write, self.encoder.model_name, vectors)
+
+    def forget(self) -> None:
+        pass
+
+    def before_commit(self, connection: Connection) -> None:
+        pass
+
+
+_TYPES: dict[str, Any] = {
+    "sessions": PgSessionProjection,
+    "context": PgContextProjection,
+    "registry": PgRegistryProjection,
+    "memory": PgMemoryProjection,
+}
+
+
+def pg_projections(
+    names: Sequence[str] = PROJECTOR_PROJECTIONS, encoder: TextEncoder | None = None
+) -> list[PgProjection]:
+    """The PostgreSQL projections named (``vectors`` embeds with ``encoder``).
+
+    Raises:
+        InvalidInputError: ``vectors`` without an encoder, or a name no projection has.
+    """
+    projections: list[PgProjection] = []
+    for name in names:
+        if name == "vectors":
+            if encoder is None:
+                raise InvalidInputError(
+                    "the vectors projection needs an embedding model (the indexer's)"
+                )
+            projections.append(PgVectorProjection(encoder))
+        elif name in _TYPES:
+            projections.append(_TYPES[name]())
+        else:
+            raise InvalidInputError(f"no projection is called {name!r}")
+    return projections
+
+
+def ensure_tracking(connection: Connection, names: Sequence[str]) -> None:
+    """Create the tracking rows of ``names`` that are missing (at 0, of the code's version),
+    in a transaction of their own: a batch only locks existing rows (an insert inside it would
+    make another batch wait on the uncommitted row, ``wait=False`` or not)."""
+    with connection.transaction():
+        connection.execute(
+            "INSERT INTO tracking (projection, seq, version) "
+            "SELECT name, 0, version FROM unnest(%s::text[], %s::int[]) AS t (name, version) "
+            "ON CONFLICT DO NOTHING",
+            (list(names), [VERSIONS[name] for name in names]),
+        )
+
+
+def lock_positions(
+    connection: Connection, names: Sequence[str], *, wait: bool = True
+) -> dict[str, int]:
+    """Inside a transaction: the positions of ``names`` (see :func:`ensure_tracking`), their
+    tracking rows locked until it ends.
+
+    Raises:
+        StoreBusy: ``wait`` is false and another transaction holds one of them.
+    """
+    statement = (
+        "SELECT projection, seq FROM tracking WHERE projection = ANY(%s) "
+        "ORDER BY projection FOR UPDATE"
+    )
+    try:
+        rows = connection.execute(
+            statement if wait else statement + " NOWAIT", (list(names),)
+        ).fetchall()
+    except errors.LockNotAvailable as error:
+        if wait:
+            raise  # the lock timeout ran out: transient, tried again
+        raise StoreBusy(str(error)) from error
+    found = {str(name): int(seq) for name, seq in rows}
+    return {name: found.get(name, 0) for name in names}
+
+
+class PgBatchTransaction:
+    """One write transaction of a projector's batches: begun at creation, then any number of
+    :meth:`apply`, then :meth:`commit` (with the positions) or :meth:`rollback`."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        projections: Sequence[PgProjection],
+        *,
+        committed: int | None = None,
+        wait: bool = True,
+    ) -> None:
+        self._connection = connection
+        self._projections = projections
+        self._done = ProjectorStats()
+        connection.execute("BEGIN")
+        self._open = True
+        try:
+            positions = lock_positions(connection, [p.name for p in projections], wait=wait)
+            if committed is not None and positions and min(positions.values()) < committed:
+                raise ReadModelRewound(
+                    f"read model at {min(positions.values())}, was at {committed}"
+                )
+        except BaseException:
+            self.rollback()
+            raise
+        self._positions = positions
+
+    @property
+    def position(self) -> int:
+        return min(self._positions.values()) if self._positions else 0
+
+    def apply(
+        self,
+        entries: Sequence[LogRecord],
+        stats: ProjectorStats,
+        decoded: dict[int, object] | None = None,
+    ) -> Generator[None, None, None]:
+        """Apply ``entries``, pausing after each event. On a failure (raised) the caller rolls
+        the transaction back. ``stats.attempts`` counts failures."""
+        connection, projections = self._connection, self._projections
+        positions, done = self._positions, self._done
+        done.attempts = stats.attempts
+        if decoded is None:
+            decoded = prepare(projections, entries)
+        for entry in entries:
+            pending = [p for p in projections if entry.seq > positions[p.name]]
+            if not pending:
+                done.skipped += 1
+                continue
+            try:
+                event = decoded[entry.seq] if entry.seq in decoded else entry.decode()
+            except Exception as error:
+                for projection in pending:
+                    _dead_letter(connection, projection.name, entry, error, 1, done)
+                    positions[projection.name] = entry.seq
+                continue
+            applied = False
+            for projection in pending:
+                isolated = entry.seq in stats.attempts
+                if isolated:
+                    projection.before_commit(connection)
+                    connection.execute("SAVEPOINT event")
+                try:
+                    projection.apply(connection, entry.namespace(), entry.seq, event)
+                except psycopg.OperationalError:
+                    raise  # the server, the connection or a lock: transient, retry the batch
+                except Exception as error:
+                    attempts = stats.attempts.get(entry.seq, 0) + 1
+                    stats.attempts[entry.seq] = attempts
+                    if attempts < MAX_ATTEMPTS or not isolated:
+                        raise
+                    connection.execute("ROLLBACK TO SAVEPOINT event")
+                    connection.execute("RELEASE SAVEPOINT event")
+                    for forgetful in projections:
+                        forgetful.forget()
+                    _dead_letter(connection, projection.name, entry, error, attempts, done)
+                else:
+                    if isolated:
+                        connection.execute("RELEASE SAVEPOINT event")
+                    applied = True
+                positions[projection.name] = entry.seq
+            done.applied += applied
+            yield
+
+    def expose(self) -> None:
+        for projection in self._projections:
+            projection.before_commit(self._connection)
+
+    def commit(self, stats: ProjectorStats) -> int:
+        """Write the positions and commit; the lowest position now committed."""
+        try:
+            self.expose()
+            with self._connection.cursor() as cursor:
+                cursor.executemany(
+                    "UPDATE tracking SET seq = %s WHERE projection = %s",
+                    [(seq, name) for name, seq in sorted(self._positions.items())],
+                )
+            self._connection.execute("COMMIT")
+        except BaseException:
+            self.rollback()
+            raise
+        self._open = False
+        done = self._done
+        stats.batches += 1
+        stats.applied += done.applied
+        stats.skipped += done.skipped
+        stats.dead_lettered += done.dead_lettered
+        return self.position
+
+    def rollback(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        for projection in self._projections:
+            projection.forget()
+        with contextlib.suppress(psycopg.Error):
+            self._connection.execute("ROLLBACK")
+
+
+def batch_steps(
+    connection: Connection,
+    projections: Sequence[PgProjection],
+    entries: Sequence[LogRecord],
+    stats: ProjectorStats,
+    *,
+    committed: int | None = None,
+    wait: bool = True,
+) -> Generator[None, None, int]:
+    """Apply ``entries`` in one transaction, pausing after each event, and commit; returns
+    the lowest position now committed. Closing the generator early rolls it back."""
+    decoded = prepare(projections, entries)
+    transaction = PgBatchTransaction(connection, projections, committed=committed, wait=wait)
+    try:
+        yield from transaction.apply(entries, stats, decoded)
+        return transaction.commit(stats)
+    finally:
+        transaction.rollback()
+
+
+def prepare(projections: Sequence[PgProjection], entries: Sequence[LogRecord]) -> dict[int, object]:
+    """Let projections that prepare a batch see its events before its transaction; the events
+    decoded for them, by sequence (an undecodable one is left to the batch)."""
+    preparing = [p for p in projections if hasattr(p, "prepare")]
+    if not preparing:
+        return {}
+    decoded: dict[int, object] = {}
+    events: list[tuple[str, int, object]] = []
+    for entry in entries:
+        try:
+            event = entry.decode()
+        except Exception:
+            continue
+        decoded[entry.seq] = event
+        events.append((entry.namespace(), entry.seq, event))
+    for projection in preparing:
+        projection.prepare(events)
+    return decoded
+
+
+def _dead_letter(
+    connection: Connection,
+    projection: str,
+    entry: LogRecord,
+    error: BaseException,
+    attempts: int,
+    stats: ProjectorStats,
+) -> None:
+    logger.error("dead letter: %s seq %d on %s: %r", projection, entry.seq, entry.subject, error)
+    connection.execute(
+        "INSERT INTO dead_letters (projection, seq, subject, topic, error, attempts) "
+        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (projection, seq) DO UPDATE SET "
+        "error = excluded.error, attempts = excluded.attempts",
+        (projection, entry.seq, entry.subject, entry.event_type(), repr(error), attempts),
+    )
+    stats.dead_lettered += 1

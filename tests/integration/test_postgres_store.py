@@ -1,0 +1,237 @@
+"""The PostgreSQL store's transactions against a real server: batches with their positions in
+one commit, redeliveries skipped, failing events retried then dead-lettered, rollbacks, drops
+and rewinds, versions, busy and lost connections."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from contract.test_read_model_store import _conversation, _failing_third, _fields, _Undecodable
+from support.events import RecordedLog, every_event
+from support.messages import ids, msg
+
+from memstream.domain.errors import UnavailableError
+from memstream.projections.ports import (
+    MAX_ATTEMPTS,
+    PROJECTOR_PROJECTIONS,
+    VERSIONS,
+    ProjectorStats,
+    ReadModelRewound,
+    StoreBusy,
+)
+from memstream.projections.postgres.connection import connect
+from memstream.projections.postgres.context_queries import PgContextQueries
+from memstream.projections.postgres.memory_queries import PgMemoryQueries
+from memstream.projections.postgres.registry_queries import PgRegistryQueries
+from memstream.projections.postgres.session_queries import PgSessionQueries
+from memstream.projections.postgres.store import PostgresReadModelStore
+
+pytestmark = pytest.mark.postgres
+NS = "default"
+AT_ZERO = dict.fromkeys(PROJECTOR_PROJECTIONS, 0)
+
+
+@pytest.fixture
+def store(postgres_url: str) -> Iterator[PostgresReadModelStore]:
+    store = PostgresReadModelStore(postgres_url, long_lived=True)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def reads(postgres_url: str, store: PostgresReadModelStore) -> Iterator[psycopg.Connection]:
+    connection = connect(postgres_url, autocommit=True)
+    yield connection
+    connection.close()
+
+
+def test_a_batch_is_applied_with_its_positions_in_one_commit(
+    store: PostgresReadModelStore, reads: psycopg.Connection
+) -> None:
+    assert store.positions() == AT_ZERO
+    stats = ProjectorStats()
+    assert store.apply(_conversation(RecordedLog()), stats) == 3
+    assert store.positions() == dict.fromkeys(PROJECTOR_PROJECTIONS, 3)
+    assert (stats.batches, stats.applied, stats.skipped) == (1, 3, 0)
+    assert ids(PgSessionQueries(reads).history(NS, "s")) == ["m1", "m2", "m3"]
+
+
+def test_every_event_type_is_applied(
+    store: PostgresReadModelStore, reads: psycopg.Connection
+) -> None:
+    entries = RecordedLog().record(every_event())
+    stats = ProjectorStats()
+    assert store.apply(entries, stats) == len(entries)
+    assert stats.dead_lettered == 0
+    assert store.dead_letters() == []
+    context = PgContextQueries(reads)
+    assert context.block_content(NS, "notes", "s") == "some notes"
+    assert context.search_entries(NS, "kb", "entry", 5) == [("k1", "an entry")]
+    assert PgRegistryQueries(reads).count(NS) == 0  # created, then deleted
+    assert PgMemoryQueries(reads).exists(NS, "alice") is False  # created, then deleted
+    assert PgSessionQueries(reads).message_count(NS, "s") == 0  # cleared
+
+
+def test_redelivered_sequences_are_skipped(
+    store: PostgresReadModelStore, reads: psycopg.Connection
+) -> None:
+    entries = _conversation(RecordedLog(), count=6)
+    stats = ProjectorStats()
+    assert store.apply(entries[:4], stats) == 4
+    assert store.apply(entries[:4], stats) == 4
+    assert (stats.applied, stats.skipped) == (4, 4)
+    assert store.apply(entries[2:], stats) == 6
+    assert (stats.applied, stats.skipped) == (6, 6)
+    assert ids(PgSessionQueries(reads).history(NS, "s")) == [f"m{i}" for i in range(1, 7)]
+
+
+def test_a_failing_batch_leaves_no_rows_then_its_event_becomes_a_dead_letter(
+    store: PostgresReadModelStore, reads: psycopg.Connection
+) -> None:
+    batch = _failing_third()
+    stats = ProjectorStats()
+    for attempt in range(1, MAX_ATTEMPTS):
+        with pytest.raises(RuntimeError):
+            store.apply(batch, stats)
+        assert store.positions() == AT_ZERO
+        assert PgSessionQueries(reads).history(NS, "s") == []
+        assert stats.attempts == {3: attempt}
+    assert store.apply(batch, stats) == 4
+    assert store.positions() == dict.fromkeys(PROJECTOR_PROJECTIONS, 4)
+    assert ids(PgSessionQueries(reads).history(NS, "s", "m4")) == ["m4"]  # its parent was m3
+    letters = store.dead_letters()
+    assert [(d["projection"], d["seq"]) for d in letters] == [
+        (name, 3) for name in sorted(PROJECTOR_PROJECTIONS)
+    ]
+    assert {d["topic"] for d in letters} == {"session.message_appended"}
+    assert stats.dead_lettered == len(PROJECTOR_PROJECTIONS)
+
+
+def test_an_undecodable_record_is_a_dead_letter_at_once(
+    store: PostgresReadModelStore, reads: psycopg.Connection
+) -> None:
+    entries = _conversation(RecordedLog(), count=3)
+    broken = _Undecodable(*_fields(entries[1:2]))
+    stats = ProjectorStats()
+    assert store.apply([entries[0], broken, entries[2]], stats) == 3
+    queries = PgSessionQueries(reads)
+    assert queries.message(NS, "s", "m2") is None
+    assert queries.message(NS, "s", "m3") == msg("m3")
+    assert [d["seq"] for d in store.dead_letters()] == [2] * len(PROJECTOR_PROJECTIONS)
+
+
+def test_closing_the_steps_of_a_batch_rolls_it_back(
+    store: PostgresReadModelStore, reads: psycopg.Connection
+) -> None:
+    entries = _conversation(RecordedLog(), count=3)
+    steps = store.steps(entries, ProjectorStats())
+    next(steps)
+    next(steps)
+    steps.close()
+    assert store.positions() == AT_ZERO
+    assert PgSessionQueries(reads).history(NS, "s") == []
+    assert store.apply(entries, ProjectorStats()) == 3
+
+
+def test_a_batch_after_the_projection_was_dropped_writes_nothing(
+    store: PostgresReadModelStore, reads: psycopg.Connection
+) -> None:
+    entries = _conversation(RecordedLog(), count=5)
+    stats = ProjectorStats()
+    assert store.apply(entries[:3], stats) == 3
+    store.drop("sessions")
+    with pytest.raises(ReadModelRewound):
+        store.apply(entries[3:], stats, committed=3)
+    assert store.positions() == {"sessions": 0, "context": 3, "registry": 3, "memory": 3}
+    assert PgSessionQueries(reads).history(NS, "s") == []
+    assert store.apply(entries, stats) == 5
+    assert PgSessionQueries(reads).path_length(NS, "s") == 5
+
+
+def test_stores_of_disjoint_projections_keep_their_own_positions(
+    postgres_url: str, reads: psycopg.Connection
+) -> None:
+    log = RecordedLog()
+    entries = [*_conversation(log), *log.block("notes", "s", "hi")]
+    sessions = PostgresReadModelStore(postgres_url, ["sessions"])
+    context = PostgresReadModelStore(postgres_url, ["context"])
+    try:
+        assert sessions.apply(entries, ProjectorStats()) == 4
+        assert context.positions() == {"context": 0}
+        assert PgContextQueries(reads).block_content(NS, "notes", "s") is None
+        assert context.apply(entries, ProjectorStats()) == 4
+        assert PgContextQueries(reads).block_content(NS, "notes", "s") == "hi"
+        assert sessions.positions() == {"sessions": 4}
+    finally:
+        sessions.close()
+        context.close()
+
+
+def test_a_projection_of_another_version_starts_over_alone(
+    postgres_url: str, reads: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = RecordedLog()
+    entries = [*_conversation(log), *log.block("notes", "s", "hi")]
+    store = PostgresReadModelStore(postgres_url, long_lived=True)
+    assert store.apply(entries, ProjectorStats()) == 4
+    store.close()
+    monkeypatch.setitem(VERSIONS, "sessions", 2)
+    rebuild = PostgresReadModelStore(postgres_url)  # not a projector's: it empties nothing
+    assert rebuild.positions()["sessions"] == 4
+    rebuild.close()
+    store = PostgresReadModelStore(postgres_url, long_lived=True)
+    try:
+        assert store.positions() == {"sessions": 0, "context": 4, "registry": 4, "memory": 4}
+        assert PgSessionQueries(reads).history(NS, "s") == []
+        assert PgContextQueries(reads).block_content(NS, "notes", "s") == "hi"
+        assert store.apply(entries, ProjectorStats()) == 4
+        assert ids(PgSessionQueries(reads).history(NS, "s")) == ["m1", "m2", "m3"]
+    finally:
+        store.close()
+    again = PostgresReadModelStore(postgres_url, long_lived=True)
+    try:
+        assert again.positions()["sessions"] == 4  # the new version carries on
+    finally:
+        again.close()
+
+
+def test_a_busy_projection_refuses_at_once_without_wait(
+    postgres_url: str, store: PostgresReadModelStore
+) -> None:
+    other = PostgresReadModelStore(postgres_url, ["sessions"])
+    transaction = other.transaction()  # holds the sessions tracking row
+    try:
+        with pytest.raises(StoreBusy):
+            store.transaction(wait=False)
+        # Waiting, it proceeds once the other commits.
+        done = threading.Event()
+
+        def apply() -> None:
+            store.apply(_conversation(RecordedLog()), ProjectorStats())
+            done.set()
+
+        waiter = threading.Thread(target=apply)
+        waiter.start()
+        assert not done.wait(0.3)
+        transaction.commit(ProjectorStats())
+        waiter.join(10)
+        assert done.is_set()
+        assert store.positions()["sessions"] == 3
+    finally:
+        transaction.rollback()
+        other.close()
+
+
+def test_a_lost_connection_is_unavailable_and_the_next_batch_applies(
+    postgres_url: str, store: PostgresReadModelStore, reads: psycopg.Connection
+) -> None:
+    entries = _conversation(RecordedLog(), count=4)
+    assert store.apply(entries[:2], ProjectorStats()) == 2
+    reads.execute("SELECT pg_terminate_backend(%s)", (store.connection.info.backend_pid,))
+    with pytest.raises(UnavailableError, match="lost the read-model database"):
+        store.apply(entries[2:], ProjectorStats())
+    assert store.apply(entries, ProjectorStats()) == 4
+    assert ids(PgSessionQueries(reads).history(NS, "s")) == ["m1", "m2", "m3", "m4"]
