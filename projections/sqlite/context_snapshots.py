@@ -12,11 +12,10 @@ position, see :mod:`~memstream.projections.sqlite.session_snapshots`).
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
 
-from memstream.domain.context import NO_ENTRIES, ContextDocument, SearchIndex, StoredEntries
+from memstream.domain.context import NO_ENTRIES
+from memstream.projections.snapshots import DocumentSnapshot, LookupWindow, SearchSnapshot
 from memstream.projections.sqlite.read_connection import (
-    LookupWindow,
     ReadConnection,
     Reading,
     Reads,
@@ -25,28 +24,6 @@ from memstream.projections.sqlite.read_connection import (
 
 def _reads(connection: sqlite3.Connection | ReadConnection) -> ReadConnection:
     return connection if isinstance(connection, ReadConnection) else ReadConnection(connection)
-
-
-@dataclass(frozen=True, slots=True)
-class DocumentSnapshot:
-    """A built-in block as the read model holds it: after stream sequence ``seq`` (0: never
-    written)."""
-
-    namespace: str
-    identity: str
-    seq: int
-    version: int
-    content: str | None
-
-    def restore(self) -> ContextDocument:
-        if self.seq == 0:
-            return ContextDocument.empty(self.namespace, self.identity)
-        return ContextDocument.restore(
-            self.namespace, self.identity, content=self.content, version=self.version
-        )
-
-    def rebind(self, aggregate: ContextDocument) -> None:
-        pass  # a document holds its whole content: nothing is looked up later
 
 
 class SqliteDocumentSnapshots:
@@ -96,27 +73,6 @@ class SqliteStoredEntries:
         ).fetchone()
         self.window.admit(None if row is None else row[1], f"search block {self.key[1]!r}")
         return None if row is None or row[0] is None else str(row[0])
-
-
-@dataclass(frozen=True, slots=True)
-class SearchSnapshot:
-    """A search block as the read model holds it: after stream sequence ``seq`` (0: empty)."""
-
-    namespace: str
-    key: str
-    seq: int
-    version: int
-    entries: StoredEntries
-
-    def restore(self) -> SearchIndex:
-        if self.seq == 0:
-            return SearchIndex.empty(self.namespace, self.key)
-        return SearchIndex.restore(
-            self.namespace, self.key, version=self.version, entries=self.entries
-        )
-
-    def rebind(self, aggregate: SearchIndex) -> None:
-        aggregate.digests.rebind(self.entries)
 
 
 class SqliteSearchSnapshots:

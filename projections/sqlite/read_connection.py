@@ -20,7 +20,9 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from memstream.domain.message_index import StoredMessagesMoved
+from memstream.projections.snapshots import LookupWindow
+
+__all__ = ["LookupWindow", "ReadConnection", "Reading", "Reads"]
 
 Lender = Callable[[], sqlite3.Connection | None]
 
@@ -82,27 +84,6 @@ class Reads(Protocol):
 
     @property
     def in_transaction(self) -> bool: ...
-
-
-class LookupWindow:
-    """Where a snapshot's lazy lookups may run: inside a reading (``low`` None: any position),
-    or guarded (the recorded position within ``low..high``, checked by each lookup)."""
-
-    __slots__ = ("high", "low")
-
-    def __init__(self) -> None:
-        self.low: int | None = None
-        self.high = 0
-
-    def admit(self, seq: int | None, what: str) -> None:
-        """Check a guarded lookup's recorded position (nothing to check inside a reading).
-
-        Raises:
-            StoredMessagesMoved: ``what`` is at ``seq`` (``None``: gone or renumbered), outside
-                the positions the lookup may use.
-        """
-        if self.low is not None and (seq is None or not self.low <= seq <= self.high):
-            raise StoredMessagesMoved(f"{what} is at {seq}")
 
 
 class Reading:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from memstream.domain.session_registry import SessionRecord
+from memstream.projections.snapshots import RecordSnapshot
 from memstream.projections.sqlite.read_connection import ReadConnection, Reading, Reads
 
 _COLUMNS = (
@@ -64,26 +63,6 @@ class SqliteRegistryQueries:
             "SELECT count(*) FROM session_registry WHERE namespace = ?", (namespace,)
         ).fetchone()
         return int(row[0])
-
-
-@dataclass(frozen=True, slots=True)
-class RecordSnapshot:
-    """A session's registry record as the read model holds it: after stream sequence ``seq``
-    (0: not registered, or removed: its few events are replayed)."""
-
-    namespace: str
-    session_id: str
-    seq: int
-    version: int
-    state: dict[str, Any]
-
-    def restore(self) -> SessionRecord:
-        if self.seq == 0:
-            return SessionRecord.empty(self.namespace, self.session_id)
-        return SessionRecord.restore(self.namespace, self.session_id, self.version, **self.state)
-
-    def rebind(self, aggregate: SessionRecord) -> None:
-        pass  # a record holds its whole state: nothing is looked up later
 
 
 class SqliteRecordSnapshots:

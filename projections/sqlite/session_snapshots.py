@@ -16,17 +16,14 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from memstream.domain.message_index import (
     NO_MESSAGES,
     Probe,
-    StoredMessages,
     StoredMessagesMoved,
 )
-from memstream.domain.session import SessionAggregate
+from memstream.projections.snapshots import LookupWindow, SessionSnapshot
 from memstream.projections.sqlite.read_connection import (
-    LookupWindow,
     ReadConnection,
     Reading,
     Reads,
@@ -107,36 +104,6 @@ class SqliteStoredMessages:
             (self.sid, 2**63 - 1 if below is None else below, limit),
         ).fetchall()
         return [(str(r[0]), int(r[1])) for r in rows]
-
-
-@dataclass(frozen=True, slots=True)
-class SessionSnapshot:
-    """A session as the read model holds it: at stream sequence ``seq`` (0: no event yet)."""
-
-    namespace: str
-    session_id: str
-    seq: int
-    version: int
-    frozen_prompt: str | None
-    loaded_skills: tuple[str, ...]
-    messages: StoredMessages
-
-    def restore(self) -> SessionAggregate:
-        """The Session aggregate as of :attr:`seq` (valid inside the reading it came from, and
-        in later readings while the session's recorded position stays the same)."""
-        return SessionAggregate.restore(
-            self.namespace,
-            self.session_id,
-            version=self.version,
-            messages=self.messages,
-            frozen_prompt=self.frozen_prompt,
-            loaded_skills=self.loaded_skills,
-        )
-
-    def rebind(self, session: SessionAggregate) -> None:
-        """Point a session restored earlier at this reading's rows (same content at the same
-        position, but a rebuilt read model numbers its rows anew)."""
-        session.messages.rebind(self.messages)
 
 
 class SqliteSessionSnapshots:
