@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
 from psycopg import sql
 
+from memstream.projections.postgres.reads import Executes
 from memstream.projections.postgres.session_queries import tsquery
 
-Connection = psycopg.Connection[tuple[Any, ...]]
+Connection = Executes
 
 
 class PgContextQueries:

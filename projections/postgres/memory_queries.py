@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import psycopg
 from psycopg import sql
 
+from memstream.projections.postgres.reads import Executes
 from memstream.projections.postgres.schema import TEXT_SEARCH
 
-Connection = psycopg.Connection[tuple[Any, ...]]
+Connection = Executes
 # ts_rank_cd's weights of D, C, B, A (each at most 1): content and queries (C), keywords (B)
 # and summary (A) as 1 : 1.5 : 2, as SQLite's bm25 weighs the columns.
 _WEIGHTS = "{0.25, 0.5, 0.75, 1.0}"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
+from memstream.projections.postgres.reads import Executes
 
-Connection = psycopg.Connection[tuple[Any, ...]]
+Connection = Executes
 
 _COLUMNS = (
     "session_id, name, parent_session_id, model, source, input_tokens, output_tokens, cost, "

@@ -12,17 +12,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import psycopg
 from psycopg import sql
 
 from memstream.domain.messages import Message, decode_message, decode_messages
 from memstream.projections.overlays import Compaction, apply_overlays
+from memstream.projections.postgres.reads import Executes
 from memstream.projections.postgres.schema import TEXT_SEARCH
 from memstream.projections.recent_history import RecentHistory
 from memstream.projections.search_query import to_tsquery_parts
 from memstream.projections.session_writes import indexed_text
 
-Connection = psycopg.Connection[tuple[Any, ...]]
+Connection = Executes
 
 
 def _path_walk(column: str) -> str:

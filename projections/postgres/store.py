@@ -4,16 +4,22 @@ positions, dead letters, projections dropped for a rebuild or because their vers
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Sequence
+import time
+import uuid
+from collections.abc import Generator, Hashable, Sequence
 from typing import Any
 
 import psycopg
+from psycopg import conninfo, sql
 
+from memstream.domain.errors import UnavailableError
 from memstream.projections.ports import (
     PROJECTOR_PROJECTIONS,
     VERSIONS,
+    Difference,
     LogRecord,
     ProjectorStats,
+    ReadModelStore,
     TextEncoder,
     run_steps,
 )
@@ -24,7 +30,8 @@ from memstream.projections.postgres.batches import (
     lock_positions,
     pg_projections,
 )
-from memstream.projections.postgres.connection import connect, describe, unavailable
+from memstream.projections.postgres.checksum import checksum, first_difference
+from memstream.projections.postgres.connection import SCHEMA, connect, describe, unavailable
 from memstream.projections.postgres.schema import copy_id, migrate
 
 logger = logging.getLogger(__name__)
@@ -90,6 +97,58 @@ class PostgresReadModelStore:
     @property
     def projections(self) -> Sequence[str]:
         return list(self._names)
+
+    @property
+    def identity(self) -> Hashable | None:
+        return ("postgresql", describe(self.url), self._copy_id)
+
+    @property
+    def renewable(self) -> bool:
+        return True  # renew() moves the schema aside and starts a new one
+
+    @property
+    def fresh(self) -> bool:
+        return False  # opening never replaces a database (only renew() does)
+
+    def replaced(self) -> bool:
+        """Whether another process replaced the copy (a new copy id) since this store opened it."""
+        try:
+            return copy_id(self.connection) != self._copy_id
+        except (psycopg.Error, UnavailableError):
+            return False
+
+    def renew(self, damage: str | None) -> None:
+        """With ``damage``: move the memstream schema aside (renamed, kept for inspection) and
+        start a new, empty copy, to be rebuilt from the log. Without: open the copy another
+        process put in place."""
+        if damage is not None:
+            aside = f"{SCHEMA}_replaced_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+            logger.error(
+                "read model %s is damaged (%s): schema %s moved aside to %s, rebuilding",
+                describe(self.url),
+                damage,
+                SCHEMA,
+                aside,
+            )
+            with self.connection.transaction():
+                self.connection.execute(
+                    sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(
+                        sql.Identifier(SCHEMA), sql.Identifier(aside)
+                    )
+                )
+        migrate(self.connection, self.url)
+        ensure_tracking(self.connection, self._names)
+        self._copy_id = copy_id(self.connection)
+        for projection in self._projections:
+            projection.forget()
+
+    def checksum(self, projection: str) -> str:
+        return checksum(self.connection, projection)
+
+    def first_difference(self, other: ReadModelStore, projection: str) -> Difference | None:
+        if not isinstance(other, PostgresReadModelStore):
+            raise TypeError(f"cannot compare a PostgreSQL read model with {type(other).__name__}")
+        return first_difference(self.connection, other.connection, projection)
 
     @property
     def location(self) -> str:
@@ -197,3 +256,42 @@ def _empty(connection: Connection, projection: str) -> None:
         (VERSIONS[projection], projection),
     )
     connection.execute("DELETE FROM dead_letters WHERE projection = %s", (projection,))
+
+
+class ScratchStore(PostgresReadModelStore):
+    """A store on a new database of the same server, dropped when closed (what ``verify``
+    rebuilds into). Needs the ``CREATEDB`` privilege."""
+
+    def __init__(
+        self,
+        url: str,
+        projections: Sequence[str] = PROJECTOR_PROJECTIONS,
+        *,
+        encoder: TextEncoder | None = None,
+    ) -> None:
+        base = conninfo.conninfo_to_dict(url)
+        name = f"{base.get('dbname') or 'memstream'}_scratch_{uuid.uuid4().hex[:10]}"[:63]
+        self.server_url = url
+        self.database = name
+        with connect(url, autocommit=True) as admin:
+            try:
+                admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            except psycopg.Error as error:
+                raise unavailable(url, "cannot create a scratch database next to", error) from None
+        try:
+            super().__init__(conninfo.make_conninfo(url, dbname=name), projections, encoder=encoder)
+        except BaseException:
+            self._drop()
+            raise
+
+    def close(self) -> None:
+        super().close()
+        self._drop()
+
+    def _drop(self) -> None:
+        with connect(self.server_url, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    sql.Identifier(self.database)
+                )
+            )

@@ -27,6 +27,7 @@ from memstream.projections.ports import (
     ReadModels,
     ReadModelStore,
 )
+from memstream.projections.postgres.copy import PostgresCopy
 from memstream.projections.read_models import open_read_models
 from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
@@ -445,6 +446,15 @@ class TestSqliteReadModelStore(ReadModelStoreContract):
 
     def new_copy(self, tmp_path: Path) -> ReadModelCopy:
         return SqliteCopy(tmp_path / "memstream.db")
+
+
+@pytest.mark.postgres
+class TestPostgresReadModelStore(ReadModelStoreContract):
+    """The contract, on a PostgreSQL database (a fresh one per test)."""
+
+    @pytest.fixture
+    def copy(self, postgres_url: str) -> ReadModelCopy:
+        return PostgresCopy(postgres_url)
 
 
 def test_the_factory_picks_sqlite_in_the_data_dir_unless_a_database_url_is_given(

@@ -1,0 +1,163 @@
+"""The PostgreSQL adapter of the read-model ports: one read-model copy in one database.
+
+:class:`PostgresCopy` opens :class:`PostgresReadModels` (a client's reads) and
+:class:`~memstream.projections.postgres.store.PostgresReadModelStore` (a projector's or a
+rebuild's writes) on the database at a URL; every error names it with its password masked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Hashable, Sequence
+from contextlib import AbstractContextManager
+
+import psycopg
+
+from memstream.domain.context import ContextDocument, SearchIndex
+from memstream.domain.session import SessionAggregate
+from memstream.domain.session_registry import SessionRecord
+from memstream.projections.ports import (
+    PROJECTIONS,
+    PROJECTOR_PROJECTIONS,
+    OnDamage,
+    ReadModelStore,
+    SnapshotSource,
+    TextEncoder,
+)
+from memstream.projections.postgres.connection import connect, describe, unavailable
+from memstream.projections.postgres.context_queries import PgContextQueries
+from memstream.projections.postgres.locks import PostgresProjectorLock
+from memstream.projections.postgres.memory_queries import PgMemoryQueries
+from memstream.projections.postgres.reads import PgReads
+from memstream.projections.postgres.registry_queries import PgRegistryQueries
+from memstream.projections.postgres.schema import copy_id, migrate, schema_version
+from memstream.projections.postgres.session_queries import PgSessionQueries
+from memstream.projections.postgres.snapshots import (
+    PgDocumentSnapshots,
+    PgRecordSnapshots,
+    PgSearchSnapshots,
+    PgSessionSnapshots,
+)
+from memstream.projections.postgres.store import PostgresReadModelStore, ScratchStore
+
+
+class PostgresReadModels:
+    """The read side on one connection of its own: queries, snapshot sources, positions."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.reads = PgReads(url)
+        try:
+            migrate(self.reads.connection, url)
+            self._copy_id = copy_id(self.reads.connection)
+        except BaseException:
+            self.reads.close()
+            raise
+        self.sessions = PgSessionQueries(self.reads)
+        self.context = PgContextQueries(self.reads)
+        self.registry = PgRegistryQueries(self.reads)
+        self.memory = PgMemoryQueries(self.reads)
+
+    @property
+    def identity(self) -> Hashable | None:
+        return ("postgresql", describe(self.url), self._copy_id)
+
+    def lent(self) -> bool:
+        return False  # a PostgreSQL reader always reads on its own connection
+
+    def session_snapshots(self, namespace: str) -> SnapshotSource[SessionAggregate]:
+        return PgSessionSnapshots(self.reads, namespace)
+
+    def document_snapshots(self, namespace: str) -> SnapshotSource[ContextDocument]:
+        return PgDocumentSnapshots(self.reads, namespace)
+
+    def search_snapshots(self, namespace: str) -> SnapshotSource[SearchIndex]:
+        return PgSearchSnapshots(self.reads, namespace)
+
+    def record_snapshots(self, namespace: str) -> SnapshotSource[SessionRecord]:
+        return PgRecordSnapshots(self.reads, namespace)
+
+    def tracked_seq(self, projection: str) -> int:
+        row = self.reads.execute(
+            "SELECT seq FROM tracking WHERE projection = %s", (projection,)
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def copy_id(self) -> str:
+        row = self.reads.execute("SELECT value FROM meta WHERE key = 'copy_id'").fetchone()
+        return "" if row is None else str(row[0])
+
+    def dead_letters(self) -> list[dict[str, object]]:
+        cursor = self.reads.execute(
+            "SELECT projection, seq, subject, topic, error, attempts, recorded_at "
+            "FROM dead_letters ORDER BY projection, seq"
+        )
+        names = [c.name for c in cursor.description or ()]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def replaced(self) -> bool:
+        """Whether the copy was replaced (a new copy id) since this reader opened it."""
+        try:
+            return self.copy_id() != self._copy_id
+        except psycopg.Error:
+            return False
+
+    def damage_translated(self) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()  # PostgreSQL reports no damaged files
+
+    def close(self) -> None:
+        self.reads.close()
+
+
+class PostgresCopy:
+    """The read-model copy in the PostgreSQL database at ``url``."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    @property
+    def location(self) -> str:
+        return describe(self.url)
+
+    def exists(self) -> bool:
+        with connect(self.url) as connection:
+            return schema_version(connection, self.url) > 0
+
+    def reader(
+        self,
+        *,
+        on_damage: OnDamage,
+        lender: Callable[[], ReadModelStore | None] | None = None,
+        check: bool = False,
+    ) -> PostgresReadModels:
+        return PostgresReadModels(self.url)
+
+    def store(
+        self,
+        projections: Sequence[str] = PROJECTOR_PROJECTIONS,
+        *,
+        long_lived: bool = False,
+        repair: bool = True,
+        encoder: TextEncoder | None = None,
+    ) -> PostgresReadModelStore:
+        return PostgresReadModelStore(self.url, projections, encoder=encoder, long_lived=long_lived)
+
+    def scratch(
+        self,
+        projections: Sequence[str] = PROJECTOR_PROJECTIONS,
+        *,
+        encoder: TextEncoder | None = None,
+    ) -> PostgresReadModelStore:
+        return ScratchStore(self.url, projections, encoder=encoder)
+
+    def claim(self, projections: Sequence[str] = PROJECTIONS) -> PostgresProjectorLock:
+        with connect(self.url) as connection:
+            try:
+                migrate(connection, self.url)
+                copy = copy_id(connection)
+            except psycopg.Error as error:
+                raise unavailable(self.url, "cannot read", error) from None
+        return PostgresProjectorLock.acquire(self.url, copy, projections)
+
+    def repair(self) -> str | None:
+        return None  # nothing to check whole: PostgreSQL keeps its own files consistent
