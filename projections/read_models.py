@@ -15,8 +15,16 @@ def open_read_models(settings: ReadModelSettings) -> ReadModelCopy:
         InvalidInputError: the settings name a backend this version does not support.
     """
     if settings.database_url is not None:
-        raise InvalidInputError(
-            "MEMSTREAM_DATABASE_URL (PostgreSQL read models) is not supported yet; "
-            "unset it to use SQLite in the data dir"
-        )
+        import os
+
+        if os.environ.get("MEMSTREAM_EXPERIMENTAL_POSTGRES") != "1":
+            raise InvalidInputError(
+                "MEMSTREAM_DATABASE_URL (PostgreSQL read models) is not supported yet; "
+                "unset it to use SQLite in the data dir"
+            )
+        from memstream.projections.postgres.connection import check_database_url
+        from memstream.projections.postgres.copy import PostgresCopy
+
+        check_database_url(settings.database_url)
+        return PostgresCopy(settings.database_url)
     return SqliteCopy(settings.database_path)

@@ -28,12 +28,18 @@ def nats_server(tmp_path: Path) -> Iterator[NatsServerProcess]:
 
 
 @pytest.fixture
-def settings(tmp_path: Path, nats_server: NatsServerProcess) -> Settings:
+def settings(
+    tmp_path: Path, nats_server: NatsServerProcess, request: pytest.FixtureRequest
+) -> Settings:
     """Settings for a client of the test's own server, with a unique stream name."""
+    database_url = None
+    if os.environ.get("MEMSTREAM_TEST_BACKEND") == "postgresql":
+        database_url = request.getfixturevalue("postgres_url")
     return Settings(
         data_dir=tmp_path / "data",
         nats_url=nats_server.url,
         stream="T" + uuid.uuid4().hex[:12].upper(),
+        database_url=database_url,
     )
 
 

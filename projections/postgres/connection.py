@@ -15,6 +15,7 @@ from psycopg import conninfo
 
 from memstream.domain.errors import InvalidInputError, UnavailableError
 from memstream.domain.redaction import redact, redact_url, redacted_exception, url_secrets
+from memstream.projections.postgres.text import adapt
 
 # How long opening a connection may take before it counts as unreachable (libpq's own timeout
 # counts whole seconds: the smallest it takes is 2).
@@ -81,11 +82,13 @@ def connect(
     parameters["application_name"] = application_name[:63]
     parameters["options"] = f"-c search_path={SCHEMA},public"
     try:
-        return psycopg.connect(conninfo.make_conninfo(**parameters), autocommit=autocommit)
+        connection = psycopg.connect(conninfo.make_conninfo(**parameters), autocommit=autocommit)
     except psycopg.Error as error:
         raise unavailable(url, "cannot connect to", error) from redacted_exception(
             error, _secrets(url)
         )
+    adapt(connection)  # text with NUL or lone surrogates, stored reversibly
+    return connection
 
 
 def unavailable(url: str, doing: str, error: BaseException) -> UnavailableError:

@@ -42,7 +42,10 @@ class PgContextQueries:
             query + ' ORDER BY session_id COLLATE "C", label COLLATE "C"', params
         )
         names = [c.name for c in cursor.description or ()]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        blocks = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        for block in blocks:
+            block["content"] = block["content"]
+        return blocks
 
     def cached_prompt(self, namespace: str, session_id: str) -> str | None:
         row = self.connection.execute(

@@ -19,6 +19,7 @@ from memstream.projections.context_writes import (
     WritePrompt,
 )
 from memstream.projections.postgres.schema import TEXT_SEARCH
+from memstream.projections.postgres.text import searchable
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -49,7 +50,13 @@ def apply_context_writes(connection: Connection, writes: Iterable[ContextWrite])
                 "INSERT INTO cached_prompts (namespace, session_id, prompt, seq, frozen_at) "
                 "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (namespace, session_id) DO UPDATE SET "
                 "prompt = excluded.prompt, seq = excluded.seq, frozen_at = excluded.frozen_at",
-                (write.namespace, write.session_id, write.prompt, write.seq, write.frozen_at),
+                (
+                    write.namespace,
+                    write.session_id,
+                    write.prompt,
+                    write.seq,
+                    write.frozen_at,
+                ),
             )
         elif isinstance(write, IndexEntry):
             _index_entry(connection, write)
@@ -95,13 +102,14 @@ def _index_entry(connection: Connection, write: IndexEntry) -> None:
     connection.execute(
         "INSERT INTO search_entries (bid, key, content, seq, created_at, updated_at, search) "
         f"VALUES (%(bid)s, %(key)s, %(content)s, %(seq)s, %(at)s, %(at)s, "
-        f"to_tsvector('{TEXT_SEARCH}', %(content)s)) "
+        f"to_tsvector('{TEXT_SEARCH}', %(text)s)) "
         "ON CONFLICT (bid, key) DO UPDATE SET content = excluded.content, seq = excluded.seq, "
         "updated_at = excluded.updated_at, search = excluded.search",
         {
             "bid": row[0],
             "key": write.entry_key,
             "content": write.content,
+            "text": searchable(write.content),
             "seq": write.seq,
             "at": write.updated_at,
         },

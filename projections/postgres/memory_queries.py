@@ -199,7 +199,9 @@ class PgMemoryQueries:
         ).fetchone()
         if row is None:
             return None
-        return dict(zip(("id", "session_id", "role", "content", "timestamp"), row, strict=True))
+        found = dict(zip(("id", "session_id", "role", "content", "timestamp"), row, strict=True))
+        found["content"] = found["content"]
+        return found
 
     def history(self, namespace: str, profile: str, memory_id: str) -> list[dict[str, Any]] | None:
         """The memory's topic chain, oldest first: each memory it superseded or that
@@ -281,7 +283,7 @@ class PgMemoryQueries:
             sql.SQL(
                 "SELECT m.id FROM (SELECT {} AS q) AS query, memories AS m "
                 "WHERE m.pid = %s AND m.search @@ query.q "
-                "ORDER BY ts_rank_cd(%s, m.search, query.q) DESC, m.rid DESC LIMIT %s"
+                "ORDER BY ts_rank_cd(%s::float4[], m.search, query.q) DESC, m.rid DESC LIMIT %s"
             ).format(expression),
             [*params, pid, _WEIGHTS, limit],
         ).fetchall()

@@ -26,15 +26,16 @@ from memstream.projections.memory_writes import (
     Supersede,
 )
 from memstream.projections.postgres.schema import TEXT_SEARCH
+from memstream.projections.postgres.text import searchable
 from memstream.projections.vector_writes import DropVectors, EmbedTexts
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
 _MEMORY_SEARCH = (
-    f"setweight(to_tsvector('{TEXT_SEARCH}', %(summary)s), 'A') || "
-    f"setweight(to_tsvector('{TEXT_SEARCH}', %(keywords)s), 'B') || "
-    f"setweight(to_tsvector('{TEXT_SEARCH}', %(content)s), 'C') || "
-    f"setweight(to_tsvector('{TEXT_SEARCH}', %(queries)s), 'C')"
+    f"setweight(to_tsvector('{TEXT_SEARCH}', %(search_summary)s), 'A') || "
+    f"setweight(to_tsvector('{TEXT_SEARCH}', %(search_keywords)s), 'B') || "
+    f"setweight(to_tsvector('{TEXT_SEARCH}', %(search_content)s), 'C') || "
+    f"setweight(to_tsvector('{TEXT_SEARCH}', %(search_queries)s), 'C')"
 )
 
 
@@ -103,7 +104,7 @@ def _add_messages(connection: Connection, write: AddMessages) -> None:
         cursor.executemany(
             "INSERT INTO memory_messages (pid, id, session_id, role, content, timestamp, seq, "
             "search) VALUES (%(pid)s, %(id)s, %(session_id)s, %(role)s, %(content)s, "
-            f"%(timestamp)s, %(seq)s, to_tsvector('{TEXT_SEARCH}', %(content)s)) "
+            f"%(timestamp)s, %(seq)s, to_tsvector('{TEXT_SEARCH}', %(text)s)) "
             "ON CONFLICT DO NOTHING",
             [
                 {
@@ -112,6 +113,7 @@ def _add_messages(connection: Connection, write: AddMessages) -> None:
                     "session_id": write.session_id,
                     "role": message["role"],
                     "content": message["content"],
+                    "text": searchable(message["content"]),
                     "timestamp": message["timestamp"],
                     "seq": write.seq,
                 }
@@ -146,6 +148,10 @@ def _add_memories(connection: Connection, write: AddMemories) -> None:
                 "content": memory["content"],
                 "keywords": keywords,
                 "queries": queries,
+                "search_summary": searchable(memory["summary"]),
+                "search_content": searchable(memory["content"]),
+                "search_keywords": searchable(keywords),
+                "search_queries": searchable(queries),
                 "session_id": memory.get("session_id"),
                 "event_time": memory.get("event_time"),
                 "source": write.source,

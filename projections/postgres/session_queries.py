@@ -126,7 +126,7 @@ class PgSessionQueries:
             "WHERE sid = %s ORDER BY position, cid",
             (sid,),
         ).fetchall()
-        return [Compaction(*row) for row in rows]
+        return [Compaction(r[0], r[1], r[2], r[3], r[4]) for r in rows]
 
     def compactions(self, namespace: str, session_id: str) -> list[Compaction]:
         """Overlays of a session in log order."""

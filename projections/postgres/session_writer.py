@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 
 from memstream.projections.postgres.schema import TEXT_SEARCH
+from memstream.projections.postgres.text import searchable
 from memstream.projections.session_writes import (
     ClearSession,
     DeleteMessages,
@@ -249,7 +250,7 @@ def _insert(
             "created_at": write.created_at,
             "depth": depth,
             "path_bytes": path_bytes,
-            "text": write.text,
+            "text": searchable(write.text),
         },
     ).fetchone()
     if row is None:
@@ -306,7 +307,7 @@ def _update(connection: Connection, sid: int, write: UpdateMessage) -> None:
     connection.execute(
         f"UPDATE messages SET content = %s, bytes = %s, search = to_tsvector('{TEXT_SEARCH}', %s) "
         "WHERE mid = %s",
-        (write.content, size, write.text, mid),
+        (write.content, size, searchable(write.text), mid),
     )
     # Every path through this row changes by the difference in size.
     _shift_subtree(connection, sid, mid, 0, size - old_size)

@@ -122,9 +122,15 @@ class PgSessionSnapshots:
             if sid is None
             else PgStoredMessages(self.reads, int(sid), (self.namespace, session_id), self._window)
         )
-        loaded = () if skills == "[]" else tuple(json.loads(skills))
+        skills_loaded = () if skills == "[]" else tuple(json.loads(skills))
         return SessionSnapshot(
-            self.namespace, session_id, int(seq), int(version), prompt, loaded, messages
+            self.namespace,
+            session_id,
+            int(seq),
+            int(version),
+            prompt,
+            skills_loaded,
+            messages,
         )
 
 
@@ -150,7 +156,8 @@ class PgDocumentSnapshots:
         ).fetchone()
         if row is None:
             return DocumentSnapshot(self.namespace, identity, 0, 0, None)
-        return DocumentSnapshot(self.namespace, identity, int(row[0]), int(row[1]), str(row[2]))
+        content = str(row[2])
+        return DocumentSnapshot(self.namespace, identity, int(row[0]), int(row[1]), content)
 
 
 class PgStoredEntries:

@@ -134,6 +134,19 @@ class ContextRegistryContract:
         assert q.cached_prompt(NS, "s") is None
         assert q.loaded_skills(NS, "s") == []
 
+    def test_text_with_nul_and_private_use_characters_round_trips(self, backend: Backend) -> None:
+        tricky = "before\x00after \ue000\ue002 end"
+        log = RecordedLog()
+        backend.apply(log.block("notes", "s", tricky))
+        backend.apply(log.entry("kb", "k1", f"garlic {tricky}"))
+        backend.apply(log.session("s", lambda s: s.freeze_system_prompt(tricky)))
+        q = backend.context
+        assert q.block_content(NS, "notes", "s") == tricky
+        assert [b["content"] for b in q.blocks(NS, "s")] == [tricky]
+        assert q.search_entries(NS, "kb", "garlic", 5) == [("k1", f"garlic {tricky}")]
+        assert q.search_entries(NS, "kb", "after", 5) == [("k1", f"garlic {tricky}")]
+        assert q.cached_prompt(NS, "s") == tricky
+
     @pytest.mark.parametrize(
         ("query", "expected"),
         [

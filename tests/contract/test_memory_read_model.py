@@ -295,6 +295,22 @@ class MemoryReadModelContract:
         assert not q.exists(NS, "alice")
         assert [p["name"] for p in q.profiles(NS)] == ["bob"]
 
+    def test_text_with_nul_round_trips(self, backend: Backend) -> None:
+        tricky = "I live in Lisbon\x00 \ue000 really"
+        alice = Scenario(RecordedLog())
+        backend.apply(alice.step(lambda p: p.create()))
+        backend.apply(alice.ingest("s1", [tricky]))
+        (message_id,) = alice.message_ids["s1"]
+        backend.apply(alice.extract([_memory("m1", tricky, [message_id])]))
+        q = backend.queries
+        message = q.message(NS, "alice", message_id)
+        assert message is not None
+        assert message["content"] == tricky
+        memory = q.memory(NS, "alice", "m1")
+        assert memory is not None
+        assert (memory["summary"], memory["content"]) == (tricky, tricky)
+        assert q.search_memories(NS, "alice", ["lisbon"], 5) == ["m1"]
+
     def test_vectors(self, backend: Backend) -> None:
         vectors = [np.arange(4, dtype=np.float32) + i for i in range(3)]
         items = [("b", "s1", "x"), ("a", "s1", "y"), ("c", "s2", "z")]

@@ -218,6 +218,19 @@ class SessionReadModelContract:
         assert [c.summary for c in q.compactions(NS, "s")] == ["the first three"]
         assert q.path_length(NS, "s") == 5  # raw messages
 
+    def test_text_with_nul_round_trips(self, backend: Backend, log: RecordedLog) -> None:
+        tricky = "left\x00right \ue000 marker"
+        self.given(
+            backend,
+            log,
+            ("s", lambda s: s.append_messages([msg("m1", tricky), msg("m2", "x")])),
+            ("s", lambda s: s.add_compaction(tricky, "m1", "m1")),
+        )
+        q = backend.queries
+        assert q.message(NS, "s", "m1") == msg("m1", tricky)
+        assert [c.summary for c in q.compactions(NS, "s")] == [tricky]
+        assert [h["id"] for h in q.search(NS, "s", "right", 5)] == ["m1"]
+
     def test_a_recent_window_keeps_what_fits_the_budget(
         self, backend: Backend, log: RecordedLog
     ) -> None:
