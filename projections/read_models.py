@@ -17,6 +17,8 @@ def open_read_models(settings: ReadModelSettings) -> ReadModelCopy:
     if settings.database_url is not None:
         import os
 
+        # A development gate while the PostgreSQL backend is unfinished (issue 14), read here so
+        # that every entry point (client, workers, CLI) honours it alike; it goes with the gate.
         if os.environ.get("MEMSTREAM_EXPERIMENTAL_POSTGRES") != "1":
             raise InvalidInputError(
                 "MEMSTREAM_DATABASE_URL (PostgreSQL read models) is not supported yet; "
