@@ -147,7 +147,12 @@ def worker(
         config = WorkerConfig(
             nats_url=url,
             stream=settings.stream,
-            database=private_database(settings.database_path),
+            database=(
+                settings.database_path
+                if settings.database_url is not None
+                else private_database(settings.database_path)
+            ),
+            database_url=settings.database_url,
             linger=linger,
             projections=selected,
             embedding_model=settings.embedding_model,

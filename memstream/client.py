@@ -378,7 +378,7 @@ class Memstream:
         self._read_from(self._open_reader())
         self.positions = self._watch_positions()  # the new file starts again from 0
         old.close()
-        logger.info("reading the replaced read model %s", self.settings.database_path)
+        logger.info("reading the replaced read model %s", self.copy.location)
 
     def _damaged(self, error: ReadModelDamagedError) -> NoReturn:
         """A read met damage: have the projector of this process replace the copy, or say how."""
@@ -472,7 +472,7 @@ class Memstream:
             self._report_damage(error)
             logger.warning(
                 "read model %s is damaged (%s); deciding %s on its events from the log",
-                self.settings.database_path,
+                self.copy.location,
                 error.reason,
                 subject,
             )
@@ -678,7 +678,8 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
     client: Client | None = None
     run_workers = workers if workers is not None else (runtime is not None and runtime.owner)
     try:
-        await asyncio.to_thread(private_database, settings.database_path)  # 0600, -wal too
+        if settings.database_url is None:  # SQLite read models: 0600, -wal too
+            await asyncio.to_thread(private_database, settings.database_path)
         client = await connect_nats(
             url,
             user=settings.nats_user,
