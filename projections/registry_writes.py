@@ -102,3 +102,20 @@ def project_registry_event(namespace: str, seq: int, event: object) -> list[Regi
     if isinstance(event, SessionRecord.SessionDeleted):
         return [ForgetSession(namespace, event.session_id)]
     return []
+
+
+class Touches:
+    """The touches of a batch, one per session (the last), written before the batch commits or
+    before any other registry write (which a later touch must not overtake)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[tuple[str, str], tuple[datetime, int]] = {}  # (time, seq) by session
+
+    def add(self, namespace: str, touch: TouchSession) -> None:
+        self.pending[(namespace, touch.session_id)] = (touch.at, touch.seq)
+
+    def take(self) -> list[tuple[str, str, str, int]]:
+        """The pending touches as ``(namespace, session id, ISO time, seq)``, then none."""
+        taken = [(*key, at.isoformat(), seq) for key, (at, seq) in self.pending.items()]
+        self.pending.clear()
+        return taken

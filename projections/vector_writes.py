@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from memstream.domain.memory_profile import MemoryProfile
+
+if TYPE_CHECKING:
+    from memstream.projections.ports import TextEncoder
 
 MEMORY: Final = "memory"
 MESSAGE: Final = "message"
@@ -82,3 +85,34 @@ def project_vector_event(namespace: str, seq: int, event: object) -> list[Vector
     if isinstance(event, MemoryProfile.ProfileDeleted):
         return [DropVectors(namespace, profile)]
     return []
+
+
+class PreparedVectors:
+    """The texts of a batch's events embedded together before its transaction begins (a model
+    takes seconds; nothing of the read model is locked meanwhile), then handed out per write."""
+
+    def __init__(self, encoder: TextEncoder) -> None:
+        self.encoder = encoder
+        self.ready: dict[tuple[int, str, str], Any] = {}  # (seq, kind, id) -> vector
+
+    def prepare(self, events: Sequence[tuple[str, int, object]]) -> None:
+        """Embed the texts of a batch's events ``(namespace, seq, event)`` at once."""
+        self.ready.clear()
+        keys: list[tuple[int, str, str]] = []
+        texts: list[str] = []
+        for namespace, seq, event in events:
+            for write in project_vector_event(namespace, seq, event):
+                if isinstance(write, EmbedTexts):
+                    for item_id, _, text in write.items:
+                        keys.append((seq, write.kind, item_id))
+                        texts.append(text)
+        if texts:
+            self.ready = dict(zip(keys, self.encoder.encode(texts), strict=True))
+
+    def vectors(self, seq: int, write: EmbedTexts) -> list[Any]:
+        """The vectors of ``write``'s items: prepared, or embedded now (an event the batch's
+        preparation did not see)."""
+        keys = [(seq, write.kind, item_id) for item_id, _, _ in write.items]
+        if all(key in self.ready for key in keys):
+            return [self.ready[key] for key in keys]
+        return list(self.encoder.encode([text for _, _, text in write.items]))

@@ -44,9 +44,17 @@ from memstream.projections.postgres.memory_writer import (
 )
 from memstream.projections.postgres.registry_writer import apply_registry_writes, touch_sessions
 from memstream.projections.postgres.session_writer import PgSessionRows, apply_session_writes
-from memstream.projections.registry_writes import TouchSession, project_registry_event
+from memstream.projections.registry_writes import (
+    Touches,
+    TouchSession,
+    project_registry_event,
+)
 from memstream.projections.session_writes import project_session_event
-from memstream.projections.vector_writes import DropVectors, EmbedTexts, project_vector_event
+from memstream.projections.vector_writes import (
+    DropVectors,
+    PreparedVectors,
+    project_vector_event,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -103,26 +111,22 @@ class PgRegistryProjection:
     name = "registry"
 
     def __init__(self) -> None:
-        self.touches: dict[tuple[str, str], tuple[Any, int]] = {}
+        self.touches = Touches()
 
     def apply(self, connection: Connection, namespace: str, seq: int, event: object) -> None:
         for write in project_registry_event(namespace, seq, event):
             if isinstance(write, TouchSession):
-                self.touches[(namespace, write.session_id)] = (write.at, write.seq)
+                self.touches.add(namespace, write)
             else:
                 self.before_commit(connection)  # a later write must not be overtaken by a touch
                 apply_registry_writes(connection, [write])
 
     def forget(self) -> None:
-        self.touches.clear()
+        self.touches.pending.clear()
 
     def before_commit(self, connection: Connection) -> None:
-        if self.touches:
-            touch_sessions(
-                connection,
-                [(*key, moment.isoformat(), seq) for key, (moment, seq) in self.touches.items()],
-            )
-            self.touches.clear()
+        if self.touches.pending:
+            touch_sessions(connection, self.touches.take())
 
 
 class PgMemoryProjection:
@@ -146,32 +150,18 @@ class PgVectorProjection:
 
     def __init__(self, encoder: TextEncoder) -> None:
         self.encoder = encoder
-        self.ready: dict[tuple[int, str, str], Any] = {}
+        self.prepared = PreparedVectors(encoder)
 
     def prepare(self, events: Sequence[tuple[str, int, object]]) -> None:
-        self.ready.clear()
-        keys: list[tuple[int, str, str]] = []
-        texts: list[str] = []
-        for namespace, seq, event in events:
-            for write in project_vector_event(namespace, seq, event):
-                if isinstance(write, EmbedTexts):
-                    for item_id, _, text in write.items:
-                        keys.append((seq, write.kind, item_id))
-                        texts.append(text)
-        if texts:
-            self.ready = dict(zip(keys, self.encoder.encode(texts), strict=True))
+        self.prepared.prepare(events)
 
     def apply(self, connection: Connection, namespace: str, seq: int, event: object) -> None:
         for write in project_vector_event(namespace, seq, event):
             if isinstance(write, DropVectors):
                 drop_vectors(connection, write)
-                continue
-            keys = [(seq, write.kind, item_id) for item_id, _, _ in write.items]
-            if all(key in self.ready for key in keys):
-                vectors = [self.ready[key] for key in keys]
             else:
-                vectors = list(self.encoder.encode([text for _, _, text in write.items]))
-            store_vectors(connection, write, self.encoder.model_name, vectors)
+                vectors = self.prepared.vectors(seq, write)
+                store_vectors(connection, write, self.encoder.model_name, vectors)
 
     def forget(self) -> None:
         pass

@@ -5,30 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from memstream.projections.postgres.reads import Executes
+from memstream.projections.registry_rows import COLUMNS, session_info
 
 Connection = Executes
-
-_COLUMNS = (
-    "session_id, name, parent_session_id, model, source, input_tokens, output_tokens, cost, "
-    "end_reason, created_at, updated_at, updated_seq"
-)
-
-
-def _info(row: tuple[Any, ...]) -> dict[str, Any]:
-    """A row as a ``SessionInfo`` (the reference's field names, snake_case)."""
-    return {
-        "id": row[0],
-        "name": row[1],
-        "parent_session_id": row[2],
-        "model": row[3],
-        "source": row[4],
-        "input_tokens": int(row[5]),
-        "output_tokens": int(row[6]),
-        "estimated_cost": float(row[7]),
-        "end_reason": row[8],
-        "created_at": row[9],
-        "updated_at": row[10],
-    }
 
 
 class PgRegistryQueries:
@@ -40,10 +19,10 @@ class PgRegistryQueries:
 
     def session(self, namespace: str, session_id: str) -> dict[str, Any] | None:
         row = self.connection.execute(
-            f"SELECT {_COLUMNS} FROM session_registry WHERE namespace = %s AND session_id = %s",
+            f"SELECT {COLUMNS} FROM session_registry WHERE namespace = %s AND session_id = %s",
             (namespace, session_id),
         ).fetchone()
-        return None if row is None else _info(row)
+        return None if row is None else session_info(row)
 
     def page(
         self, namespace: str, limit: int, before: int | None = None
@@ -51,13 +30,13 @@ class PgRegistryQueries:
         """Up to ``limit`` sessions last active before log position ``before`` (``None``: from
         the most recent), and the position to continue from (``None``: no more)."""
         rows = self.connection.execute(
-            f"SELECT {_COLUMNS} FROM session_registry WHERE namespace = %s AND updated_seq < %s "
+            f"SELECT {COLUMNS} FROM session_registry WHERE namespace = %s AND updated_seq < %s "
             "ORDER BY updated_seq DESC LIMIT %s",
             (namespace, 2**63 - 1 if before is None else before, limit + 1),
         ).fetchall()
         more = len(rows) > limit
         rows = rows[:limit]
-        return [_info(row) for row in rows], (int(rows[-1][11]) if more and rows else None)
+        return [session_info(row) for row in rows], (int(rows[-1][11]) if more and rows else None)
 
     def count(self, namespace: str) -> int:
         row = self.connection.execute(

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from memstream.domain.context import NO_ENTRIES
 from memstream.domain.message_index import NO_MESSAGES, Probe, StoredMessagesMoved
 from memstream.projections.postgres.reads import PgReading, PgReads
+from memstream.projections.registry_rows import record_state
 from memstream.projections.snapshots import (
     DocumentSnapshot,
     LookupWindow,
@@ -209,18 +209,6 @@ class PgSearchSnapshots:
         return SearchSnapshot(self.namespace, key, int(row[1]), int(row[2]), entries)
 
 
-_RECORD_STATE = (
-    "name",
-    "model",
-    "source",
-    "parent_session_id",
-    "input_tokens",
-    "output_tokens",
-    "cost",
-    "end_reason",
-)
-
-
 class PgRecordSnapshots:
     """Snapshots of a namespace's registry records (keyed by session id)."""
 
@@ -243,8 +231,5 @@ class PgRecordSnapshots:
         ).fetchone()
         if row is None:
             return RecordSnapshot(self.namespace, session_id, 0, 0, {})
-        state: dict[str, Any] = dict(zip(_RECORD_STATE, row[2:], strict=True))
-        state["input_tokens"] = int(state["input_tokens"])
-        state["output_tokens"] = int(state["output_tokens"])
-        state["cost"] = float(state["cost"])
+        state = record_state(row[2:])
         return RecordSnapshot(self.namespace, session_id, int(row[0]), int(row[1]), state)

@@ -6,37 +6,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from memstream.projections.memory_rows import (
+    FULL,
+    LISTED,
+    memory_from_row,
+    topic_chain,
+    with_events,
+)
 from memstream.projections.memory_search import fts_match
 from memstream.projections.sqlite.read_connection import Reads
-
-_LISTED = (
-    "m.rid, m.id, m.type, m.topic_key, m.summary, m.session_id, m.event_time, m.superseded_by, "
-    "m.supersedes, m.created_at, m.updated_at, m.extractor"
-)
-_FULL = _LISTED + ", m.content, m.keywords, m.queries, m.source"
-
-
-def _memory(row: Sequence[Any], sources: list[str] | None = None) -> dict[str, Any]:
-    memory: dict[str, Any] = {
-        "id": row[1],
-        "type": row[2],
-        "topic_key": row[3],
-        "summary": row[4],
-        "session_id": row[5],
-        "event_time": row[6],
-        "superseded_by": row[7],
-        "supersedes": row[8],
-        "created_at": row[9],
-        "updated_at": row[10],
-        "extractor": row[11],
-    }
-    if len(row) > 12:
-        memory["content"] = row[12]
-        memory["keywords"] = row[13].split() if row[13] else []
-        memory["queries"] = row[14].split("\n") if row[14] else []
-        memory["source"] = row[15]
-        memory["source_message_ids"] = sources or []
-    return memory
 
 
 class SqliteMemoryQueries:
@@ -80,7 +58,7 @@ class SqliteMemoryQueries:
         if pid is None:
             return None
         row = self.connection.execute(
-            f"SELECT {_FULL} FROM memories AS m WHERE m.pid = ? AND m.id = ?", (pid, memory_id)
+            f"SELECT {FULL} FROM memories AS m WHERE m.pid = ? AND m.id = ?", (pid, memory_id)
         ).fetchone()
         if row is None:
             return None
@@ -93,7 +71,7 @@ class SqliteMemoryQueries:
         ]
         # In the order the memory names them (its content order), not the index's.
         order = self._source_order(pid, sources)
-        return _memory(row, order)
+        return memory_from_row(row, order)
 
     def _source_order(self, pid: int, sources: list[str]) -> list[str]:
         if len(sources) < 2:
@@ -118,11 +96,11 @@ class SqliteMemoryQueries:
         for start in range(0, len(ids), 500):
             chunk = list(ids[start : start + 500])
             for row in self.connection.execute(
-                f"SELECT {_LISTED} FROM memories AS m WHERE m.pid = ? AND m.id IN "
+                f"SELECT {LISTED} FROM memories AS m WHERE m.pid = ? AND m.id IN "
                 f"({','.join('?' * len(chunk))})",
                 (pid, *chunk),
             ):
-                found[row[1]] = _memory(row)
+                found[row[1]] = memory_from_row(row)
         return found
 
     def page(
@@ -149,13 +127,13 @@ class SqliteMemoryQueries:
             where.append("m.type = ?")
             params.append(type)
         rows = self.connection.execute(
-            f"SELECT {_LISTED} FROM memories AS m WHERE {' AND '.join(where)} "
+            f"SELECT {LISTED} FROM memories AS m WHERE {' AND '.join(where)} "
             "ORDER BY m.rid DESC LIMIT ?",
             (*params, limit + 1),
         ).fetchall()
         more = len(rows) > limit
         rows = rows[:limit]
-        return [_memory(r) for r in rows], (int(rows[-1][0]) if more and rows else None)
+        return [memory_from_row(r) for r in rows], (int(rows[-1][0]) if more and rows else None)
 
     def all_memories(self, namespace: str, profile: str) -> list[dict[str, Any]]:
         """Every memory of the profile without ``content``, oldest first."""
@@ -163,9 +141,9 @@ class SqliteMemoryQueries:
         if pid is None:
             return []
         rows = self.connection.execute(
-            f"SELECT {_LISTED} FROM memories AS m WHERE m.pid = ? ORDER BY m.rid", (pid,)
+            f"SELECT {LISTED} FROM memories AS m WHERE m.pid = ? ORDER BY m.rid", (pid,)
         ).fetchall()
-        return [_memory(r) for r in rows]
+        return [memory_from_row(r) for r in rows]
 
     def message(self, namespace: str, profile: str, message_id: str) -> dict[str, Any] | None:
         pid = self._pid(namespace, profile)
@@ -186,39 +164,26 @@ class SqliteMemoryQueries:
         pid = self._pid(namespace, profile)
         if pid is None or self.memory(namespace, profile, memory_id) is None:
             return None
-        chain = [memory_id]
-        seen = {memory_id}
-        for column in ("supersedes", "superseded_by"):
-            current = memory_id
-            while True:
-                row = self.connection.execute(
-                    f"SELECT {column} FROM memories WHERE pid = ? AND id = ?", (pid, current)
-                ).fetchone()
-                if row is None or row[0] is None or row[0] in seen:
-                    break
-                current = row[0]
-                seen.add(current)
-                if column == "supersedes":
-                    chain.insert(0, current)
-                else:
-                    chain.append(current)
-        found = self.memories(namespace, profile, chain)
-        result = []
-        for mid in chain:
-            memory = found.get(mid)
-            if memory is None:
-                continue
-            events = self.connection.execute(
-                "SELECT seq, at, action, other_id FROM memory_history "
-                "WHERE pid = ? AND memory_id = ? ORDER BY seq, action",
-                (pid, mid),
-            ).fetchall()
-            memory["events"] = [
-                {"seq": e[0], "at": e[1], "action": e[2], "other_id": e[3]} for e in events
-            ]
-            memory["current"] = memory["superseded_by"] is None
-            result.append(memory)
-        return result
+        connection = self.connection
+
+        def link(current: str, column: str) -> str | None:
+            row = connection.execute(
+                f"SELECT {column} FROM memories WHERE pid = ? AND id = ?", (pid, current)
+            ).fetchone()
+            return None if row is None or row[0] is None else str(row[0])
+
+        def events(memory_id: str) -> list[tuple[Any, ...]]:
+            return list(
+                connection.execute(
+                    "SELECT seq, at, action, other_id FROM memory_history "
+                    "WHERE pid = ? AND memory_id = ? "
+                    "ORDER BY seq, action",
+                    (pid, memory_id),
+                ).fetchall()
+            )
+
+        chain = topic_chain(memory_id, link)
+        return with_events(chain, self.memories(namespace, profile, chain), events)
 
     def extraction(
         self, namespace: str, profile: str, source: str
