@@ -196,9 +196,14 @@ class PostgresReadModelStore:
         return run_steps(self.steps(records, stats, committed=committed))
 
     def transaction(self, *, committed: int | None = None, wait: bool = True) -> PgBatchTransaction:
-        return PgBatchTransaction(
-            self.connection, self._projections, committed=committed, wait=wait
-        )
+        try:
+            return PgBatchTransaction(
+                self.connection, self._projections, committed=committed, wait=wait
+            )
+        except psycopg.OperationalError as error:
+            if self.connection.broken or self.connection.closed:
+                self._reconnect()
+            raise unavailable(self.url, "lost", error) from None
 
     def drop(self, projection: str) -> None:
         """Empty ``projection`` and reset its position (for a rebuild from the log)."""

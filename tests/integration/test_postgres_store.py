@@ -235,3 +235,16 @@ def test_a_lost_connection_is_unavailable_and_the_next_batch_applies(
         store.apply(entries[2:], ProjectorStats())
     assert store.apply(entries, ProjectorStats()) == 4
     assert ids(PgSessionQueries(reads).history(NS, "s")) == ["m1", "m2", "m3", "m4"]
+
+
+def test_a_transaction_on_a_lost_connection_is_unavailable_and_the_next_one_works(
+    postgres_url: str, store: PostgresReadModelStore, reads: psycopg.Connection
+) -> None:
+    reads.execute("SELECT pg_terminate_backend(%s)", (store.connection.info.backend_pid,))
+    with pytest.raises(UnavailableError, match="lost the read-model database"):
+        store.transaction()
+    transaction = store.transaction()
+    for _ in transaction.apply(_conversation(RecordedLog(), count=2), ProjectorStats()):
+        pass
+    assert transaction.commit(ProjectorStats()) == 2
+    assert ids(PgSessionQueries(reads).history(NS, "s")) == ["m1", "m2"]
