@@ -275,7 +275,9 @@ class ScratchStore(PostgresReadModelStore):
         encoder: TextEncoder | None = None,
     ) -> None:
         base = conninfo.conninfo_to_dict(url)
-        name = f"{base.get('dbname') or 'memstream'}_scratch_{uuid.uuid4().hex[:10]}"[:63]
+        # At most 63 bytes: the base name is cut, never the unique suffix.
+        prefix = str(base.get("dbname") or "memstream").encode()[:40].decode("utf-8", "ignore")
+        name = f"{prefix}_scratch_{uuid.uuid4().hex[:10]}"
         self.server_url = url
         self.database = name
         with connect(url, autocommit=True) as admin:
