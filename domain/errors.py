@@ -39,6 +39,12 @@ class ReadModelDamagedError(UnavailableError):
         self.reason = message if reason is None else reason
 
 
+class ReadModelUnavailableError(UnavailableError):
+    """The read-model database cannot be reached (a PostgreSQL server down or unreachable).
+    Writes go on (decided on the aggregate's events in the log); reads fail with it until the
+    database returns, and the projectors resume where they stopped."""
+
+
 class CompactionNotConfiguredError(MemstreamError, RuntimeError):
     """``compact()`` was called on a session with no compaction function (``on_compaction``)."""
 

@@ -17,6 +17,7 @@ from memstream.domain.errors import (
     ProjectionLagError,
     ProjectorRunningError,
     ReadModelDamagedError,
+    ReadModelUnavailableError,
     UnavailableError,
 )
 from memstream.domain.messages import COMPACTION_PREFIX, is_compaction_message
@@ -55,6 +56,7 @@ __all__ = [
     "ProjectionLagError",
     "ProjectorRunningError",
     "ReadModelDamagedError",
+    "ReadModelUnavailableError",
     "RecentHistory",
     "SearchBlock",
     "Session",

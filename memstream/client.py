@@ -6,6 +6,7 @@ import asyncio
 import bisect
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from functools import partial
@@ -21,6 +22,8 @@ from memstream.domain.errors import (
     MemstreamError,
     ProjectionLagError,
     ReadModelDamagedError,
+    ReadModelUnavailableError,
+    UnavailableError,
 )
 from memstream.domain.limits import check_actor, check_namespace, check_session_id
 from memstream.domain.memory_profile import MemoryProfile
@@ -76,6 +79,8 @@ R = TypeVar("R")
 
 # How long the in-process projector gathers a burst of writes before committing it.
 PROJECTOR_LINGER = DEFAULT_LINGER
+# How long commands are decided on the log alone after the read model's server was away.
+READ_MODEL_RETRY_SECONDS = 2.0
 # How long a clean close waits for its own projector to project this client's writes.
 CLOSE_DRAIN_SECONDS = 5.0
 
@@ -130,6 +135,10 @@ class Memstream:
         self._read_since_write = False
         self._speculation_pause = 0
         self._speculation_misses = 0  # in a row
+        # While the read model's server is away (PostgreSQL down), commands are decided on the
+        # log without trying it again until this monotonic time; warned once per outage.
+        self._read_model_back_at = 0.0
+        self._read_model_away = False
         # Writes whose events were applied during their round trip, and those rolled back
         # (another event took their sequence): for tests and benchmarks.
         self.overlapped_writes = 0
@@ -465,6 +474,10 @@ class Memstream:
         instead: a write does not depend on a disposable read model. The same command id both
         times, so the log keeps one copy even if the first attempt was published."""
         meta = meta or CommandMeta(actor=self.actor)
+        if self._read_model_away and time.monotonic() < self._read_model_back_at:
+            result = await store.without_snapshots().execute(subject, key, decide, meta)
+            self.last_write_seq = max(self.last_write_seq, result.seq)
+            return result
         try:
             with self.read_models.damage_translated():
                 result = await store.execute(subject, key, decide, meta)
@@ -477,6 +490,18 @@ class Memstream:
                 subject,
             )
             result = await store.without_snapshots().execute(subject, key, decide, meta)
+        except ReadModelUnavailableError as error:
+            # The read model's server is away (PostgreSQL): the log alone decides meanwhile, and
+            # the server is not tried again for a moment (a connect may wait its timeout).
+            if not self._read_model_away:
+                logger.warning("%s; deciding commands on their events from the log", error)
+            self._read_model_away = True
+            self._read_model_back_at = time.monotonic() + READ_MODEL_RETRY_SECONDS
+            result = await store.without_snapshots().execute(subject, key, decide, meta)
+        else:
+            if self._read_model_away:
+                logger.warning("read model %s is back", self.copy.location)
+                self._read_model_away = False
         self.last_write_seq = max(self.last_write_seq, result.seq)
         return result
 
@@ -627,7 +652,7 @@ class Memstream:
             last = self.last_profile_seq if name in INDEXER_PROJECTIONS else self.last_write_seq
             try:
                 await watch.wait_for(last, timeout)
-            except ProjectionLagError:
+            except (ProjectionLagError, UnavailableError):  # lagging, or its database away
                 logger.warning(
                     "closing before projection %s reached this client's last write %d; "
                     "the next projector of %s will project it",

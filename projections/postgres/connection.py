@@ -13,7 +13,7 @@ import math
 import psycopg
 from psycopg import conninfo
 
-from memstream.domain.errors import InvalidInputError, UnavailableError
+from memstream.domain.errors import InvalidInputError, ReadModelUnavailableError
 from memstream.domain.redaction import redact, redact_url, redacted_exception, url_secrets
 from memstream.projections.postgres.text import adapt
 
@@ -91,10 +91,10 @@ def connect(
     return connection
 
 
-def unavailable(url: str, doing: str, error: BaseException) -> UnavailableError:
+def unavailable(url: str, doing: str, error: BaseException) -> ReadModelUnavailableError:
     """Our error for a driver's ``error`` met while ``doing`` (e.g. "cannot connect to")."""
     reason = redact(str(error).strip() or type(error).__name__, _secrets(url))
-    return UnavailableError(f"{doing} the read-model database {describe(url)}: {reason}")
+    return ReadModelUnavailableError(f"{doing} the read-model database {describe(url)}: {reason}")
 
 
 def _secrets(url: str) -> list[str]:
