@@ -30,7 +30,10 @@ class PrivatePostgres:
     def __init__(self) -> None:
         binaries = _binaries()
         if binaries is None:
-            pytest.skip("no initdb/pg_ctl on this machine for a private PostgreSQL server")
+            reason = "no initdb/pg_ctl on this machine for a private PostgreSQL server"
+            if os.environ.get("MEMSTREAM_REQUIRE_POSTGRES") == "1":
+                pytest.fail(f"MEMSTREAM_REQUIRE_POSTGRES=1 but {reason}")
+            pytest.skip(reason)
         self.binaries = binaries
         # Its own directory under the system temp dir: as root, the server runs as "postgres",
         # which cannot traverse pytest's private temp dirs.
