@@ -90,3 +90,12 @@ async def test_the_projection_resumes_without_loss_when_postgresql_returns(
         assert all(r.ok for r in results), results
     finally:
         await client.close()
+
+
+def test_a_private_server_leaves_nothing_behind() -> None:
+    server = PrivatePostgres()
+    server.start()
+    root = server.root
+    assert (root / "data" / "PG_VERSION").exists()
+    server.close()
+    assert not root.exists()

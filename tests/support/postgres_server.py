@@ -47,7 +47,11 @@ class PrivatePostgres:
             user = pwd.getpwnam("postgres")
             os.chown(root, user.pw_uid, user.pw_gid)
             self._as = ["runuser", "-u", "postgres", "--"]
-        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres")
+        try:
+            self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres")
+        except BaseException:
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
 
     def url(self, password: str = "") -> str:
         secret = f":{password}" if password else ""
@@ -71,19 +75,10 @@ class PrivatePostgres:
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
 
     def close(self) -> None:
-        subprocess.run(
-            [
-                *self._as,
-                str(self.binaries / "pg_ctl"),
-                "-D",
-                str(self.data),
-                "-m",
-                "immediate",
-                "stop",
-            ],
-            capture_output=True,
-            check=False,
-        )
+        """Stop the server (if it runs) and remove its directory."""
+        stop = [str(self.binaries / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"]
+        subprocess.run([*self._as, *stop], capture_output=True, check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def _run(self, program: str, *args: str) -> None:
         done = subprocess.run(
