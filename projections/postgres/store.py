@@ -186,9 +186,7 @@ class PostgresReadModelStore:
                 )
             )
         except psycopg.OperationalError as error:
-            if self.connection.broken or self.connection.closed:
-                self._reconnect()
-            raise unavailable(self.url, "lost", error) from None
+            raise self._unavailable(error) from None
 
     def apply(
         self, records: Sequence[LogRecord], stats: ProjectorStats, *, committed: int | None = None
@@ -201,9 +199,7 @@ class PostgresReadModelStore:
                 self.connection, self._projections, committed=committed, wait=wait
             )
         except psycopg.OperationalError as error:
-            if self.connection.broken or self.connection.closed:
-                self._reconnect()
-            raise unavailable(self.url, "lost", error) from None
+            raise self._unavailable(error) from None
 
     def drop(self, projection: str) -> None:
         """Empty ``projection`` and reset its position (for a rebuild from the log)."""
@@ -242,6 +238,14 @@ class PostgresReadModelStore:
                 with self.connection.transaction():
                     lock_positions(self.connection, [str(name)])
                     _empty(self.connection, str(name))
+
+    def _unavailable(self, error: psycopg.OperationalError) -> Exception:
+        """Our error for a failed batch: a lost connection (opened again for the next batch),
+        or a server-side failure such as the lock timeout (the connection is kept)."""
+        if self.connection.broken or self.connection.closed:
+            self._reconnect()
+            return unavailable(self.url, "lost", error)
+        return unavailable(self.url, "cannot write to", error)
 
     def _reconnect(self) -> None:
         self.connection.close()
