@@ -27,13 +27,42 @@ def nats_server(tmp_path: Path) -> Iterator[NatsServerProcess]:
         server.stop()
 
 
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "both_backends: run each test that uses the settings fixture on SQLite and on PostgreSQL",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests marked ``both_backends`` run once per read-model backend (the ``backend`` param)."""
+    if "backend" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+        "both_backends"
+    ):
+        metafunc.parametrize("backend", BACKENDS, indirect=True)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    """The read-model backend of the ``settings`` fixture: the test's parameter (tests marked
+    ``both_backends``), else ``MEMSTREAM_TEST_BACKEND`` (default ``sqlite``)."""
+    chosen = getattr(request, "param", None) or os.environ.get("MEMSTREAM_TEST_BACKEND", "sqlite")
+    if chosen not in BACKENDS:
+        raise ValueError(f"MEMSTREAM_TEST_BACKEND is {chosen!r}; it must be one of {BACKENDS}")
+    return str(chosen)
+
+
 @pytest.fixture
 def settings(
-    tmp_path: Path, nats_server: NatsServerProcess, request: pytest.FixtureRequest
+    tmp_path: Path, nats_server: NatsServerProcess, backend: str, request: pytest.FixtureRequest
 ) -> Settings:
-    """Settings for a client of the test's own server, with a unique stream name."""
+    """Settings for a client of the test's own server, with a unique stream name; read models
+    in the data dir's SQLite, or in a fresh PostgreSQL database (``backend``)."""
     database_url = None
-    if os.environ.get("MEMSTREAM_TEST_BACKEND") == "postgresql":
+    if backend == "postgresql":
         database_url = request.getfixturevalue("postgres_url")
     return Settings(
         data_dir=tmp_path / "data",

@@ -21,6 +21,7 @@ from memstream.projections.memory_rows import (
 )
 from memstream.projections.postgres.reads import Executes
 from memstream.projections.postgres.schema import TEXT_SEARCH
+from memstream.projections.postgres.text import indexable
 
 Connection = Executes
 # ts_rank_cd's weights of D, C, B, A (each at most 1): content and queries (C), keywords (B)
@@ -30,7 +31,7 @@ _WEIGHTS = "{0.25, 0.5, 0.75, 1.0}"
 
 def _any_term(terms: Sequence[str]) -> tuple[sql.Composable, list[str]] | None:
     """A ``tsquery`` matching any of ``terms`` (each a parameter), or ``None``: no terms."""
-    kept = [term for term in terms if term]
+    kept = [term for term in terms if term and indexable(term)]
     if not kept:
         return None
     phrase = sql.SQL("phraseto_tsquery({}::regconfig, %s)").format(sql.Literal(TEXT_SEARCH))

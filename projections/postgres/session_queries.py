@@ -18,6 +18,7 @@ from memstream.domain.messages import Message, decode_message, decode_messages
 from memstream.projections.overlays import Compaction, apply_overlays
 from memstream.projections.postgres.reads import Executes
 from memstream.projections.postgres.schema import TEXT_SEARCH
+from memstream.projections.postgres.text import indexable
 from memstream.projections.recent_history import RecentHistory
 from memstream.projections.search_query import to_tsquery_parts
 from memstream.projections.session_writes import indexed_text
@@ -66,6 +67,12 @@ def tsquery(query: str) -> tuple[sql.Composed, list[str]] | None:
     parts = to_tsquery_parts(query)
     if parts is None:
         return None
+    # A phrase with a word PostgreSQL cannot index matches nothing: drop it from its clause
+    # (``phraseto_tsquery`` would drop just the word, widening the search).
+    parts = [([p for p in options if indexable(p)], negated) for options, negated in parts]
+    if any(not alternatives for alternatives, negated in parts if not negated):
+        return None
+    parts = [(alternatives, negated) for alternatives, negated in parts if alternatives]
     phrase = sql.SQL("phraseto_tsquery({}::regconfig, %s)").format(sql.Literal(TEXT_SEARCH))
 
     def clause(alternatives: list[str]) -> sql.Composable:

@@ -90,6 +90,8 @@ class PostgresReadModelStore:
             self._copy_id = copy_id(self.connection)
             if long_lived:
                 self._renew_changed()
+                if "vectors" in self._names and encoder is not None:
+                    self._renew_vectors_of_other_models(encoder.model_name)
         except BaseException:
             self.connection.close()
             raise
@@ -238,6 +240,25 @@ class PostgresReadModelStore:
                 with self.connection.transaction():
                     lock_positions(self.connection, [str(name)])
                     _empty(self.connection, str(name))
+
+    def _renew_vectors_of_other_models(self, model: str) -> None:
+        """Empty ``vectors`` when it holds vectors of another model than ``model`` (the
+        embedding model was changed): it is projected again from the log, never mixed."""
+        row = self.connection.execute(
+            "SELECT model FROM memory_vectors WHERE model <> %s LIMIT 1", (model,)
+        ).fetchone()
+        if row is None:
+            return
+        logger.warning(
+            "read model %s: projection vectors holds vectors of model %s, the indexer embeds "
+            "with %s; emptied, to be indexed again from the log",
+            describe(self.url),
+            row[0],
+            model,
+        )
+        with self.connection.transaction():
+            lock_positions(self.connection, ["vectors"])
+            _empty(self.connection, "vectors")
 
     def _unavailable(self, error: psycopg.OperationalError) -> Exception:
         """Our error for a failed batch: a lost connection (opened again for the next batch),

@@ -99,3 +99,13 @@ def adapt(connection: psycopg.Connection[Any]) -> None:
     for name in ("text", "varchar", "bpchar"):
         adapters.register_loader(name, _LoadedText)
         adapters.register_loader(name, _LoadedTextBinary)
+
+
+# PostgreSQL's longest lexeme (MAXSTRLEN): a longer word is left out of a tsvector or tsquery.
+MAX_LEXEME_BYTES = 2047
+
+
+def indexable(phrase: str) -> bool:
+    """Whether every word of ``phrase`` fits a ``tsvector`` lexeme (longer words are never
+    indexed by PostgreSQL, so a phrase holding one cannot match)."""
+    return all(len(word.encode()) <= MAX_LEXEME_BYTES for word in phrase.split())

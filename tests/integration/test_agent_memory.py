@@ -11,9 +11,11 @@ import pytest
 
 from memstream import InvalidInputError, NotFoundError
 from memstream.client import Memstream, open_memstream
-from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
 from memstream.workers.rebuild import rebuild, verify
+
+# Every behaviour here holds on both read-model backends (issue 14).
+pytestmark = pytest.mark.both_backends
 
 WHEN = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
 
@@ -250,9 +252,9 @@ async def test_replay_rebuilds_memories_identically_without_running_the_extracto
     extractor = ms.extractor
     assert extractor is not None
     extracted = extractor.extracted
-    results = await verify(ms.log, SqliteCopy(ms.settings.database_path), ["memory"])
+    results = await verify(ms.log, ms.copy, ["memory"])
     assert [r.ok for r in results] == [True]
-    await rebuild(ms.log, SqliteCopy(ms.settings.database_path), ["memory"])
+    await rebuild(ms.log, ms.copy, ["memory"])
     # Then every memory is back, the same, and nothing was extracted again
     assert (await profile.list(limit=500))["memories"] == before
     assert extractor.extracted == extracted
@@ -284,9 +286,7 @@ async def test_vectors_of_another_model_are_dropped_to_be_reindexed_not_mixed(
     assert ms.memory_queries.vector_state("default", "ivan", "memory")[0] == 1
     # When an indexer of another model opens the read model (at its start)
     await ms.close()
-    store = SqliteCopy(ms.settings.database_path).store(
-        ("vectors",), long_lived=True, encoder=_OtherModel()
-    )
+    store = ms.copy.store(("vectors",), long_lived=True, encoder=_OtherModel())
     try:
         # Then the vectors of the first model are gone and the projection starts over from the
         # log (its consumer binds at sequence 1), so vectors of two models never mix

@@ -26,14 +26,17 @@ from support.providers import (
     RecordingWritable,
     content_of,
 )
+from support.read_models import drop_projection
 
 from memstream import ContextBlock, Session, StaticContext
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import InvalidInputError, NotFoundError
-from memstream.projections.sqlite.database import drop_projection, open_database
-from memstream.projections.sqlite.store import SqliteCopy
+from memstream.projections.read_models import open_read_models
 from memstream.settings import Settings
 from memstream.workers.rebuild import rebuild
+
+# Every behaviour here holds on both read-model backends (issue 14).
+pytestmark = pytest.mark.both_backends
 
 SEP = "═" * 46
 WORKED_EXAMPLE = (
@@ -873,11 +876,11 @@ async def test_prompt_and_blocks_come_back_after_a_rebuild(ms: Memstream) -> Non
     await ms.wait_for("context")
     before = ms.context_queries.blocks(ms.namespace)
     # When the context read model is dropped
-    drop_projection(ms.read_models.connection, "context")
+    drop_projection(ms.copy, "context")
     assert ms.context_queries.cached_prompt(ms.namespace, "replay") is None
     assert ms.context_queries.blocks(ms.namespace) == []
     # And rebuilt from the log
-    await rebuild(ms.log, SqliteCopy(ms.settings.database_path), ["context"])
+    await rebuild(ms.log, ms.copy, ["context"])
     # Then the blocks and the frozen prompt are back as they were
     assert ms.context_queries.blocks(ms.namespace) == before
     assert ms.context_queries.cached_prompt(ms.namespace, "replay") == frozen
@@ -901,11 +904,7 @@ async def test_new_process_replays_a_dropped_read_model(settings: Settings) -> N
     finally:
         await first.close()
     # And its read model was dropped while no process ran
-    connection = open_database(settings.database_path)
-    try:
-        drop_projection(connection, "context")
-    finally:
-        connection.close()
+    drop_projection(open_read_models(settings), "context")
     # When a new process starts (its projector replays the log)
     second = await open_memstream(settings, workers=True)
     try:

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import pytest
 from support.providers import MemorySearch, ReadonlySearch, content_of
+from support.read_models import drop_projection
 
 from memstream import SearchBlock, Session, StaticContext
 from memstream.client import Memstream
 from memstream.domain.entry_keys import entry_key
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.sqlite.database import drop_projection
-from memstream.projections.sqlite.store import SqliteCopy
 from memstream.workers.rebuild import rebuild
+
+# Every behaviour here holds on both read-model backends (issue 14).
+pytestmark = pytest.mark.both_backends
 
 SEP = "═" * 46
 NO_RESULTS = "No results found."
@@ -335,9 +337,9 @@ async def test_search_entries_come_back_after_a_rebuild(ms: Memstream) -> None:
     await index(session, "Dogs", DOGS)
     await ms.wait_for("context")
     # When the context read model is dropped and rebuilt from the log
-    drop_projection(ms.read_models.connection, "context")
+    drop_projection(ms.copy, "context")
     assert ms.context_queries.entry_count(ms.namespace, "knowledge") == 0
-    await rebuild(ms.log, SqliteCopy(ms.settings.database_path), ["context"])
+    await rebuild(ms.log, ms.copy, ["context"])
     # Then the entries are back, with their latest content only
     assert ms.context_queries.entry_count(ms.namespace, "knowledge") == 2
     fresh = knowledge_session(ms, "replay")

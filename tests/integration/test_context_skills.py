@@ -12,13 +12,15 @@ from typing import Any
 import pytest
 from support.messages import ids, msg
 from support.providers import MemorySkills, ReadonlyProvider, ReadonlySkills, content_of
+from support.read_models import drop_projection
 
 from memstream import DirectorySkillProvider, Session, StaticContext
 from memstream.client import Memstream, open_memstream
-from memstream.projections.sqlite.database import drop_projection
-from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
 from memstream.workers.rebuild import rebuild
+
+# Every behaviour here holds on both read-model backends (issue 14).
+pytestmark = pytest.mark.both_backends
 
 SEP = "═" * 46
 PIRATE = "Arr, matey. Speak like a pirate.\n"
@@ -607,9 +609,9 @@ async def test_loaded_skills_come_back_after_a_rebuild(ms: Memstream, skills_dir
     await third.clear_messages()
     assert await loaded_on_log(ms, "replay-a") == ["skills:code-review", "skills:pirate"]
     # When the context read model is dropped and rebuilt from the log
-    drop_projection(ms.read_models.connection, "context")
+    drop_projection(ms.copy, "context")
     assert ms.context_queries.loaded_skills(ms.namespace, "replay-a") == []
-    await rebuild(ms.log, SqliteCopy(ms.settings.database_path), ["context"])
+    await rebuild(ms.log, ms.copy, ["context"])
     # Then the loaded skills are back, in load order
     assert ms.context_queries.loaded_skills(ms.namespace, "replay-a") == [
         "skills:code-review",

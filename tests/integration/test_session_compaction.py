@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,9 +18,11 @@ from memstream import (
 )
 from memstream.client import Memstream
 from memstream.domain.messages import is_compaction_message
-from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
 from memstream.workers.rebuild import verify
+
+# Every behaviour here holds on both read-model backends (issue 14).
+pytestmark = pytest.mark.both_backends
 
 
 def ids(messages: Sequence[dict[str, Any]]) -> list[str]:
@@ -209,7 +210,7 @@ async def test_the_reference_function_compacts_twice_into_one_overlay_and_replay
     # And the summaries are in the log: a rebuild from it gives the same read model, and
     # never calls the summarizer
     calls_before = len(prompts)
-    results = await verify(ms.log, SqliteCopy(Path(settings.data_dir) / "memstream.db"))
+    results = await verify(ms.log, ms.copy)
     assert all(r.ok for r in results), results
     assert len(prompts) == calls_before
 

@@ -18,6 +18,9 @@ from memstream.projections.recent_history import RecentHistory
 from memstream.session import Session
 from memstream.settings import Settings
 
+# Every behaviour here holds on both read-model backends (issue 14).
+pytestmark = pytest.mark.both_backends
+
 
 def json_bytes(message: dict[str, Any]) -> int:
     return len(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode())

@@ -4,7 +4,6 @@ fork and split, cross-session search and the ``session_search`` tool."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,9 +13,11 @@ from memstream import SessionManager
 from memstream.client import Memstream
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError, NotFoundError
 from memstream.domain.messages import is_compaction_message
-from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
 from memstream.workers.rebuild import verify
+
+# Every behaviour here holds on both read-model backends (issue 14).
+pytestmark = pytest.mark.both_backends
 
 
 def ids(messages: Sequence[dict[str, Any]]) -> list[str]:
@@ -225,7 +226,7 @@ async def test_delete_removes_the_session_and_the_log_replays(
     assert ms.context_queries.block_content(ms.namespace, "memory", sid) is None
     assert "likes tea" not in await manager.get_session(sid).freeze_system_prompt()
     await manager.delete(sid)  # idempotent
-    results = await verify(ms.log, SqliteCopy(Path(settings.data_dir) / "memstream.db"))
+    results = await verify(ms.log, ms.copy)
     assert [r.projection for r in results] == ["sessions", "context", "registry", "memory"]
     assert all(r.ok for r in results), results
 

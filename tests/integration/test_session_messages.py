@@ -15,6 +15,9 @@ from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError, NotFoundError
 from memstream.settings import Settings
 
+# Every behaviour here holds on both read-model backends (issue 14).
+pytestmark = pytest.mark.both_backends
+
 
 async def test_tree_basics_on_one_session(ms: Memstream) -> None:
     session = ms.session("tree")

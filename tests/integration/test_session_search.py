@@ -15,6 +15,9 @@ from memstream.client import Memstream
 from memstream.domain.errors import InvalidInputError
 from memstream.session import Session
 
+# Every behaviour here holds on both read-model backends (issue 14).
+pytestmark = pytest.mark.both_backends
+
 
 async def found(session: Session, query: str, limit: int = 20) -> list[str]:
     return [hit["id"] for hit in await session.search(query, limit)]
