@@ -15,7 +15,7 @@ from memstream.cli.output import (
     show_verify,
     verify_json,
 )
-from memstream.projections.read_models import open_read_models
+from memstream.projections.read_models import open_read_models, read_models_at
 from memstream.workers.rebuild import VerifyResult, rebuild, repair, verify
 from memstream.workers.status import (
     ProjectionStatus,
@@ -55,17 +55,32 @@ def list_projections(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
 
 @app.command("rebuild")
-def rebuild_projections(ctx: typer.Context, names: NamesArg = None) -> None:
+def rebuild_projections(
+    ctx: typer.Context,
+    names: NamesArg = None,
+    into: Annotated[
+        str | None,
+        typer.Option(
+            "--into",
+            help="Build another read-model copy instead of this one, from the log: a "
+            "postgresql:// URL (or libpq key=value string), a SQLite file or a data dir. "
+            "Moves read models from SQLite to PostgreSQL or back.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
     """Drop projections and replay the whole log into them.
 
     Shows a progress bar. A projector running elsewhere notices the rewind and carries on from
     the rebuilt position. A damaged or foreign read-model file is checked whole first, moved
-    aside (memstream.db.corrupt-TIME) and every projection rebuilt into a fresh one.
+    aside (memstream.db.corrupt-TIME) and every projection rebuilt into a fresh one. With
+    --into, the live read models are left alone and the named copy is built; point
+    MEMSTREAM_DATABASE_URL (or the data dir) at it and its projector carries on from there.
 
-    Example: memstream projections rebuild sessions
+    Example: memstream projections rebuild --into postgresql://memstream@db.internal/memstream
     """
     settings = settings_of(ctx)
-    copy = open_read_models(settings)
+    copy = open_read_models(settings) if into is None else read_models_at(into)
     # Before connecting, which opens the copy to read it and fails on a damaged one.
     moved = repair(copy) if copy.exists() else None
     if moved is not None:
@@ -78,8 +93,10 @@ def rebuild_projections(ctx: typer.Context, names: NamesArg = None) -> None:
                 return await rebuild(ms.log, copy, names, progress=progress, encoder=ms.encoder)
 
     reached = run(main())
+    where = "" if into is None else f" into {copy.location}"
     typer.echo(
-        f"rebuilt {', '.join(names) if names else 'all projections'} up to sequence {reached}"
+        f"rebuilt {', '.join(names) if names else 'all projections'}{where} "
+        f"up to sequence {reached}"
     )
 
 

@@ -28,7 +28,7 @@ from memstream.projections.ports import (
     ReadModelStore,
 )
 from memstream.projections.postgres.copy import PostgresCopy
-from memstream.projections.read_models import open_read_models
+from memstream.projections.read_models import open_read_models, read_models_at
 from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
 from memstream.workers.event_log import LogEntry
@@ -465,5 +465,28 @@ def test_the_factory_picks_sqlite_in_the_data_dir_unless_a_database_url_is_given
     assert isinstance(copy, SqliteCopy)
     assert copy.location == str(settings.database_path)
     assert not copy.exists()  # nothing is opened yet
-    with pytest.raises(InvalidInputError, match="MEMSTREAM_DATABASE_URL"):
-        open_read_models(settings.with_(database_url="postgresql://db/ms"))
+    # A database URL picks PostgreSQL (nothing is opened: host "db" need not exist)
+    chosen = open_read_models(settings.with_(database_url="postgresql://bob:pw@db/ms"))
+    assert isinstance(chosen, PostgresCopy)
+    assert chosen.location == "postgresql://bob:***@db/ms"
+    with pytest.raises(InvalidInputError, match="is not a postgresql:// URL"):
+        open_read_models(settings.with_(database_url="mysql://db/ms"))
+
+
+def test_a_rebuild_target_is_a_database_url_a_file_or_a_directory(tmp_path: Path) -> None:
+    for url in ("postgresql://bob:pw@db/ms", "host=db dbname=ms user=bob password=pw"):
+        target = read_models_at(url)
+        assert isinstance(target, PostgresCopy)
+        assert "pw" not in target.location
+    # A directory names its memstream.db; a symlink is resolved to the real file
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    in_dir = read_models_at(str(tmp_path / "link"))
+    assert isinstance(in_dir, SqliteCopy)
+    assert in_dir.location == str((tmp_path / "real" / "memstream.db").resolve())
+    assert read_models_at(str(tmp_path / "real" / "x.db")).location.endswith("real/x.db")
+    with pytest.raises(InvalidInputError, match="does not exist"):
+        read_models_at(str(tmp_path / "nowhere" / "x.db"))
+    for wrong in ("nats://db:4222", "", "   "):
+        with pytest.raises(InvalidInputError):
+            read_models_at(wrong)

@@ -39,9 +39,7 @@ async def test_the_projection_resumes_without_loss_when_postgresql_returns(
     tmp_path: Path,
     nats_server: NatsServerProcess,
     private_postgres: PrivatePostgres,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("MEMSTREAM_EXPERIMENTAL_POSTGRES", "1")
     url = private_postgres.url(SECRET)  # trust auth: the password is sent and ignored
     settings = Settings(
         data_dir=tmp_path / "data",

@@ -1,6 +1,5 @@
 """The PostgreSQL read models across OS processes: separate projector, writer and reader
-processes on one database and one external NATS (``MEMSTREAM_EXPERIMENTAL_POSTGRES=1``: the
-backend is in progress)."""
+processes on one database and one external NATS."""
 
 from __future__ import annotations
 
@@ -25,7 +24,6 @@ def _env(tmp_path: Path, nats_server: NatsServerProcess, database_url: str) -> d
         MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
         MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
         MEMSTREAM_DATABASE_URL=database_url,
-        MEMSTREAM_EXPERIMENTAL_POSTGRES="1",
     )
 
 
