@@ -64,9 +64,25 @@ def root(
             "--nats-url", help="NATS URL (env MEMSTREAM_NATS_URL; default: embedded server)."
         ),
     ] = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            help="PostgreSQL read models, a postgresql:// URL (env MEMSTREAM_DATABASE_URL; "
+            "default: SQLite in the data dir).",
+        ),
+    ] = None,
     stream: Annotated[
         str | None,
         typer.Option("--stream", help="Stream name (env MEMSTREAM_STREAM; default MEMSTREAM)."),
+    ] = None,
+    stream_replicas: Annotated[
+        int | None,
+        typer.Option(
+            "--stream-replicas",
+            help="Replicas of the stream on a JetStream cluster, 1-5 (env "
+            "MEMSTREAM_STREAM_REPLICAS; default 1).",
+        ),
     ] = None,
     namespace: Annotated[
         str | None,
@@ -85,7 +101,9 @@ def root(
 
     Example: memstream --data-dir /tmp/ms up --demo
     """
-    ctx.obj = GlobalOptions(data_dir, nats_url, stream, namespace, actor)
+    ctx.obj = GlobalOptions(
+        data_dir, nats_url, stream, namespace, actor, stream_replicas, database_url
+    )
 
 
 app.command("up")(platform.up)

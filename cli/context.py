@@ -29,6 +29,8 @@ class GlobalOptions:
     stream: str | None = None
     namespace: str | None = None
     actor: str | None = None
+    stream_replicas: int | None = None
+    database_url: str | None = None
 
 
 def settings_of(ctx: typer.Context) -> Settings:
@@ -44,6 +46,8 @@ def settings_of(ctx: typer.Context) -> Settings:
         stream=options.stream,
         namespace=options.namespace,
         actor=options.actor,
+        stream_replicas=options.stream_replicas,
+        database_url=options.database_url,
     )
 
 

@@ -147,6 +147,7 @@ def worker(
         config = WorkerConfig(
             nats_url=url,
             stream=settings.stream,
+            stream_replicas=settings.stream_replicas,
             database=(
                 settings.database_path
                 if settings.database_url is not None

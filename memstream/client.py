@@ -713,7 +713,12 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
             token=runtime.token if runtime is not None else settings.nats_token,
             creds=settings.nats_creds,
         )
-        log = EventLog(client, settings.stream, timeout=settings.write_timeout)
+        log = EventLog(
+            client,
+            settings.stream,
+            timeout=settings.write_timeout,
+            replicas=settings.stream_replicas,
+        )
         await log.ensure_stream()
         connected_seq = await log.stream_last_seq()
         # The projector's process moves a copy that is no read model aside before reading it

@@ -10,9 +10,11 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import (
     ACTOR_MAX_CHARS,
     check_actor,
+    check_int,
     check_namespace,
     check_stream_name,
 )
@@ -20,6 +22,9 @@ from memstream.domain.redaction import MASK, redact_url
 
 _SECRETS = frozenset({"nats_password", "nats_token", "llm_api_key"})
 _URLS = frozenset({"nats_url", "database_url", "llm_url"})
+# JetStream keeps a stream on 1 to 5 servers (odd counts keep a majority through a failure).
+STREAM_REPLICAS_MAX = 5
+_REPLICAS_NAME = "stream_replicas (MEMSTREAM_STREAM_REPLICAS)"
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -34,6 +39,7 @@ class Settings:
     nats_token: str | None = None
     database_url: str | None = None
     stream: str = "MEMSTREAM"
+    stream_replicas: int = 1  # servers holding the stream, when memstream creates or scales it
     namespace: str = "default"
     embedding_model: str | None = None
     llm_url: str | None = None
@@ -56,6 +62,7 @@ class Settings:
             "nats_token": env.get("MEMSTREAM_NATS_TOKEN") or None,
             "database_url": env.get("MEMSTREAM_DATABASE_URL") or None,
             "stream": env.get("MEMSTREAM_STREAM", "MEMSTREAM"),
+            "stream_replicas": _replicas(env.get("MEMSTREAM_STREAM_REPLICAS") or "1"),
             "namespace": env.get("MEMSTREAM_NAMESPACE", "default"),
             "embedding_model": env.get("MEMSTREAM_EMBEDDING_MODEL") or None,
             "llm_url": env.get("MEMSTREAM_LLM_URL") or None,
@@ -69,6 +76,7 @@ class Settings:
         settings = cls(**values)
         check_namespace(settings.namespace)
         check_stream_name(settings.stream)
+        check_int(_REPLICAS_NAME, settings.stream_replicas, minimum=1, maximum=STREAM_REPLICAS_MAX)
         if settings.actor is not None:
             check_actor(settings.actor)
         return settings
@@ -80,7 +88,7 @@ class Settings:
             if value is not None and field.name in _SECRETS:
                 value = MASK
             elif isinstance(value, str) and field.name in _URLS:
-                value = redact_url(value)
+                value = ",".join(redact_url(url) for url in value.split(","))  # a server list
             shown.append(f"{field.name}={value!r}")
         return f"Settings({', '.join(shown)})"
 
@@ -92,6 +100,17 @@ class Settings:
     def database_path(self) -> Path:
         """The SQLite read-model database in the data dir."""
         return self.data_dir / "memstream.db"
+
+
+def _replicas(text: str) -> int:
+    """``MEMSTREAM_STREAM_REPLICAS`` as a number (its range is checked with the other limits)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidInputError(
+            f"{_REPLICAS_NAME} is {text!r}; it must be an integer between 1 and "
+            f"{STREAM_REPLICAS_MAX}"
+        ) from None
 
 
 def default_actor() -> str:

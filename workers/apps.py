@@ -24,7 +24,7 @@ from faststream.security import BaseSecurity
 from memstream.domain.errors import InvalidInputError
 from memstream.projections.ports import INDEXER_PROJECTIONS, CopyLock
 from memstream.projections.read_models import open_read_models
-from memstream.workers.event_log import EventLog
+from memstream.workers.event_log import EventLog, nats_servers
 from memstream.workers.extractor import ExtractorWorker
 from memstream.workers.indexer import LazyEncoder
 from memstream.workers.position import Demand
@@ -64,7 +64,7 @@ class ProjectorService:
     async def start(self) -> None:
         """Start projecting on the broker's (already connected) client."""
         client = await self.broker.connect()  # returns the broker's existing connection
-        log = EventLog(client, self.config.stream)
+        log = EventLog(client, self.config.stream, replicas=self.config.stream_replicas)
         await log.ensure_stream()
         indexer = set(self.config.projections) <= set(INDEXER_PROJECTIONS)
         self.worker = ProjectorWorker.open(
@@ -116,7 +116,7 @@ class ExtractorService:
 
     async def start(self) -> None:
         client = await self.broker.connect()
-        log = EventLog(client, self.config.stream)
+        log = EventLog(client, self.config.stream, replicas=self.config.stream_replicas)
         await log.ensure_stream()
         self.worker = ExtractorWorker(log, self.extractor)
         self.worker.start()
@@ -176,7 +176,7 @@ def create_app(
     """
     require_worker(name)
     broker = NatsBroker(
-        config.nats_url,
+        nats_servers(config.nats_url),
         name=f"memstream-{name}",
         connect_timeout=2,
         allow_reconnect=True,

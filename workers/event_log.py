@@ -39,6 +39,11 @@ from memstream.workers.subjects import parse_subject
 logger = logging.getLogger(__name__)
 
 WRONG_LAST_SEQUENCE = 10071
+NO_SUITABLE_PEERS = 10005  # a replicated stream's servers are not all up (or do not exist)
+# The stream leader is storing a message with the same Nats-Msg-Id right now: a client sent it
+# again (after a reconnect) before the first copy's acknowledgement.
+DUPLICATE_IN_PROCESS = 10158
+STILL_STORING_PAUSE = 0.02  # first pause before asking again (doubling, up to 0.5 s)
 DUPLICATE_WINDOW_SECONDS = 120.0
 
 _TRANSIENT: tuple[type[BaseException], ...] = (
@@ -55,11 +60,18 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
 )
 
 
+# What a caller outside this module translates into UnavailableError (a lost server, a timeout).
+TRANSIENT_ERRORS = _TRANSIENT
 _CONNECT_ERRORS: tuple[type[BaseException], ...] = (*_TRANSIENT, nats.errors.Error)
 
 
 class ExpectedSequenceMismatch(Exception):
     """The subject moved on since the caller loaded it (JetStream error 10071)."""
+
+
+class StillStoringError(UnavailableError):
+    """A copy of the message with the same message id is being stored (JetStream error 10158):
+    the write's outcome is not known yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +128,10 @@ async def connect_nats(
     """Connect to NATS; raise :class:`UnavailableError` at once if it cannot be reached.
 
     The first connection is tried once (nats-py would otherwise retry it forever with unlimited
-    reconnects); once connected, the client reconnects by itself after any outage. Credentials
-    never show in an error or a log line (:mod:`memstream.domain.redaction`).
+    reconnects); once connected, the client reconnects by itself after any outage. ``url`` may
+    list a cluster's servers, comma-separated: the client connects to one that answers and,
+    after an outage, to another (or to one the cluster announced). Credentials never show in an
+    error or a log line (:mod:`memstream.domain.redaction`).
 
     Raises:
         UnavailableError: NATS cannot be reached or refused the connection.
@@ -125,8 +139,9 @@ async def connect_nats(
             (:mod:`memstream.workers.server_version`).
         InvalidInputError: a creds file is given but the nkeys package is missing.
     """
+    servers = nats_servers(url)
     options: dict[str, Any] = {
-        "servers": [url],
+        "servers": servers,
         "name": name,
         "connect_timeout": connect_timeout,
         "allow_reconnect": False,
@@ -141,7 +156,7 @@ async def connect_nats(
     if creds:
         options["user_credentials"] = creds
 
-    secrets = [*url_secrets(url), password, token]
+    secrets = [*(secret for server in servers for secret in url_secrets(server)), password, token]
 
     async def _quiet(error: Exception) -> None:
         logger.debug("nats: %s", redact(str(error), secrets))
@@ -154,7 +169,8 @@ async def connect_nats(
         await _abandon(client)  # nats-py leaves the socket of a refused connection open
         # nats-py's own errors may quote the URL: mask ours and theirs, and the chained cause
         raise UnavailableError(
-            f"cannot reach NATS at {redact_url(url)}: {redact(repr(error), secrets)}"
+            f"cannot reach NATS at {','.join(map(redact_url, servers))}: "
+            f"{redact(repr(error), secrets)}"
         ) from redacted_exception(error, secrets)
     except ModuleNotFoundError as error:
         await _abandon(client)
@@ -171,6 +187,14 @@ async def connect_nats(
     client.options["allow_reconnect"] = True  # from now on, ride out outages
     client.options["max_reconnect_attempts"] = -1
     return client
+
+
+def nats_servers(url: str) -> list[str]:
+    """The servers of a NATS URL setting: one URL, or a comma-separated list of a cluster's."""
+    servers = [part.strip() for part in url.split(",") if part.strip()]
+    if not servers:
+        raise InvalidInputError(f"NATS URL {url!r} names no server")
+    return servers
 
 
 async def _abandon(client: Client) -> None:
@@ -200,6 +224,11 @@ def _pub_ack(subject: str, reply: Msg) -> PublishResult:
     if error:
         if error.get("err_code") == WRONG_LAST_SEQUENCE:
             raise ExpectedSequenceMismatch(error.get("description", ""))
+        if error.get("err_code") == DUPLICATE_IN_PROCESS:
+            raise StillStoringError(
+                f"NATS is still storing an earlier copy of the write to {subject} (same "
+                "message id); its outcome is not known yet"
+            )
         raise nats.js.errors.BadRequestError(
             code=error.get("code"),
             err_code=error.get("err_code"),
@@ -212,10 +241,16 @@ class EventLog:
     """The stream: create/configure it, append to subjects, read subjects back."""
 
     def __init__(
-        self, client: Client, stream: str, subject_prefix: str = "ms", timeout: float = 2.0
+        self,
+        client: Client,
+        stream: str,
+        subject_prefix: str = "ms",
+        timeout: float = 2.0,
+        replicas: int = 1,
     ) -> None:
         self.client = client
         self.stream = stream
+        self.replicas = replicas  # servers holding the stream (a JetStream cluster's R)
         self.subject_prefix = subject_prefix
         self.timeout = timeout
         self.js: JetStreamContext = client.jetstream(timeout=timeout)
@@ -223,11 +258,15 @@ class EventLog:
         self.entries_read = 0
 
     async def ensure_stream(self) -> None:
-        """Create the stream if missing (file storage, dedupe window, deletes denied), or bring
-        an existing one up to the settings memstream relies on (direct gets, atomic batches,
-        at least the 2-minute duplicate window, deletes denied).
+        """Create the stream if missing (file storage, dedupe window, deletes denied,
+        ``replicas`` servers), or bring an existing one up to the settings memstream relies on
+        (direct gets, atomic batches, at least the 2-minute duplicate window, deletes denied, at
+        least ``replicas`` servers: a stream with fewer is scaled up, never down).
 
         Raises:
+            InvalidInputError: the server refuses the stream (another stream holds its subjects,
+                or ``replicas`` is over 1 on a server that is no cluster).
+            UnavailableError: NATS does not answer, or fewer than ``replicas`` servers are up.
             IncompatibleServerError: the server is older than a feature memstream needs (checked
                 here too for clients not made by :func:`connect_nats`, e.g. a FastStream broker's).
         """
@@ -241,6 +280,7 @@ class EventLog:
             deny_delete=True,
             allow_direct=True,
             allow_atomic=True,
+            num_replicas=self.replicas,
         )
         try:
             try:
@@ -254,6 +294,7 @@ class EventLog:
                 and current.allow_atomic
                 and current.deny_delete
                 and (current.duplicate_window or 0) >= DUPLICATE_WINDOW_SECONDS
+                and (current.num_replicas or 1) >= self.replicas
             ):
                 current.allow_direct = True
                 current.allow_atomic = True
@@ -261,12 +302,27 @@ class EventLog:
                 current.duplicate_window = max(
                     current.duplicate_window or 0, DUPLICATE_WINDOW_SECONDS
                 )
+                current.num_replicas = max(current.num_replicas or 1, self.replicas)
                 await self.js.update_stream(current)
         except nats.js.errors.BadRequestError as error:
+            if self.replicas > 1 and error.err_code == NO_SUITABLE_PEERS:
+                raise UnavailableError(
+                    f"cannot place stream {self.stream!r} on {self.replicas} servers "
+                    f"(MEMSTREAM_STREAM_REPLICAS): {error.description}; the cluster has fewer "
+                    f"JetStream servers up"
+                ) from error
             raise InvalidInputError(
                 f"cannot create or configure stream {self.stream!r} for subjects "
                 f"{self.subject_prefix}.>: {error.description} (a server holds one memstream "
                 "stream: point MEMSTREAM_STREAM at the existing one)"
+            ) from error
+        except nats.js.errors.ServerError as error:
+            if self.replicas == 1:
+                raise
+            # e.g. 10074 "replicas > 1 not supported in non-clustered mode"
+            raise InvalidInputError(
+                f"cannot create or configure stream {self.stream!r} with {self.replicas} "
+                f"replicas (MEMSTREAM_STREAM_REPLICAS): {error.description}"
             ) from error
         except _TRANSIENT as error:
             raise UnavailableError(f"NATS stream {self.stream!r} unavailable: {error}") from error
@@ -341,23 +397,36 @@ class EventLog:
         if expected_last_seq is not None:
             headers[H_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
         self._check_payload(subject, message.payload, headers)
-        try:
-            # A plain request with the ack parsed here: js.publish would build a PubAck
-            # dataclass field by field for every write (a measurable share of an append).
-            client = self.client
-            if while_waiting is not None and isinstance(client, MemstreamNatsClient):
-                reply = await client.request_overlapped(
-                    subject, message.payload, self.timeout, headers, while_waiting
-                )
-            else:
-                reply = await client.request(
-                    subject, message.payload, timeout=self.timeout, headers=headers
-                )
-        except _TRANSIENT as error:
-            raise UnavailableError(
-                f"NATS did not acknowledge a write to {subject}: {error!r}"
-            ) from error
-        return _pub_ack(subject, reply)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        pause = STILL_STORING_PAUSE
+        while True:
+            try:
+                # A plain request with the ack parsed here: js.publish would build a PubAck
+                # dataclass field by field for every write (a measurable share of an append).
+                client = self.client
+                if while_waiting is not None and isinstance(client, MemstreamNatsClient):
+                    reply = await client.request_overlapped(
+                        subject, message.payload, self.timeout, headers, while_waiting
+                    )
+                else:
+                    reply = await client.request(
+                        subject, message.payload, timeout=self.timeout, headers=headers
+                    )
+            except _TRANSIENT as error:
+                raise UnavailableError(
+                    f"NATS did not acknowledge a write to {subject}: {error!r}"
+                ) from error
+            try:
+                return _pub_ack(subject, reply)
+            except StillStoringError:
+                # Our own earlier copy (sent again after a reconnect) is being stored: ask
+                # again, until the log acknowledges it as a duplicate or refuses it.
+                if loop.time() + pause > deadline:
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.5)
+                while_waiting = None  # called once, on the first send
 
     async def _publish_batch(
         self, messages: Sequence[tuple[str, OutgoingMessage]], expected_last_seqs: Mapping[str, int]

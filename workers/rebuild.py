@@ -19,7 +19,7 @@ from memstream.projections.ports import (
     TextEncoder,
     select_projections,
 )
-from memstream.workers.event_log import EventLog, LogEntry
+from memstream.workers.event_log import TRANSIENT_ERRORS, EventLog, LogEntry
 from memstream.workers.pull import Puller, stream_sequence
 
 Progress = Callable[[int, int], None]
@@ -65,7 +65,12 @@ async def catch_up(
         inactive_threshold=60.0,
         mem_storage=True,
     )
-    puller, _ = await Puller.create(log.client, log.stream, config)
+    try:
+        puller, _ = await Puller.create(log.client, log.stream, config)
+    except TRANSIENT_ERRORS as error:  # e.g. a cluster electing a new leader
+        raise UnavailableError(
+            f"cannot read stream {log.stream!r} from sequence {start}: {error!r}"
+        ) from error
     stats = ProjectorStats()
     reached = start - 1
     try:

@@ -38,6 +38,7 @@ class WorkerConfig:
     database_url: str | None = None  # where the read models live instead of ``database``
     projections: tuple[str, ...] = PROJECTOR_PROJECTIONS  # the registry's names a projector runs
     embedding_model: str | None = None  # the indexer's (None: the bundled all-MiniLM-L6-v2)
+    stream_replicas: int = 1  # servers holding the stream if this worker creates it
 
     @property
     def database_path(self) -> Path:
@@ -72,7 +73,7 @@ async def run_worker(
         raise InvalidInputError(f"unknown worker {name!r}; known: {', '.join(WORKERS)}")
     client = await connect_nats(config.nats_url, name=f"memstream-{name}")
     try:
-        log = EventLog(client, config.stream)
+        log = EventLog(client, config.stream, replicas=config.stream_replicas)
         await log.ensure_stream()
         worker: ProjectorWorker | ExtractorWorker
         if name == "extractor":

@@ -16,6 +16,7 @@ from memstream.cli.app import app
 from memstream.cli.events import parse_time
 from memstream.cli.output import verify_json
 from memstream.projections.ports import Difference
+from memstream.settings import Settings
 from memstream.workers.audit import AuditEvent, EventQuery
 from memstream.workers.rebuild import VerifyResult
 
@@ -25,6 +26,7 @@ CLEAN_ENV: dict[str, str | None] = dict.fromkeys(
         "MEMSTREAM_DATA_DIR",
         "MEMSTREAM_NATS_URL",
         "MEMSTREAM_STREAM",
+        "MEMSTREAM_STREAM_REPLICAS",
         "MEMSTREAM_NAMESPACE",
         "MEMSTREAM_DATABASE_URL",
     )
@@ -180,6 +182,39 @@ def test_a_bad_namespace_from_the_environment_is_a_user_error() -> None:
 def test_help_works_even_when_the_environment_is_invalid() -> None:
     result = invoke("sessions", "history", "--help", env={"MEMSTREAM_NAMESPACE": "UPPER"})
     assert result.exit_code == 0
+
+
+def test_stream_replicas_come_from_the_environment_or_an_override() -> None:
+    assert Settings.from_env({}).stream_replicas == 1
+    assert Settings.from_env({"MEMSTREAM_STREAM_REPLICAS": "3"}).stream_replicas == 3
+    assert Settings.from_env({"MEMSTREAM_STREAM_REPLICAS": ""}).stream_replicas == 1
+    env = {"MEMSTREAM_STREAM_REPLICAS": "3"}
+    assert Settings.from_env(env, stream_replicas=5).stream_replicas == 5
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "stream_replicas (MEMSTREAM_STREAM_REPLICAS) is 0; it must be between 1 and 5"),
+        ("6", "stream_replicas (MEMSTREAM_STREAM_REPLICAS) is 6; it must be between 1 and 5"),
+        (
+            "three",
+            "stream_replicas (MEMSTREAM_STREAM_REPLICAS) is 'three'; it must be an integer "
+            "between 1 and 5",
+        ),
+    ],
+)
+def test_stream_replicas_out_of_range_are_refused_by_name(value: str, message: str) -> None:
+    with pytest.raises(InvalidInputError) as refused:
+        Settings.from_env({"MEMSTREAM_STREAM_REPLICAS": value})
+    assert str(refused.value) == message
+
+
+def test_bad_stream_replicas_are_one_line_and_exit_1() -> None:
+    result = invoke("--stream-replicas", "7", "status")
+    assert_user_error(result, "stream_replicas (MEMSTREAM_STREAM_REPLICAS) is 7")
+    result = invoke("status", env={"MEMSTREAM_STREAM_REPLICAS": "2.5"})
+    assert_user_error(result, "stream_replicas (MEMSTREAM_STREAM_REPLICAS) is '2.5'")
 
 
 def test_append_refuses_parent_and_root_together() -> None:
@@ -381,3 +416,17 @@ def test_counts_and_ids_are_checked_before_connecting() -> None:
     result = invoke("status", "--dead-letters", "-1")
     assert_user_error(result, "--dead-letters is -1; it must be between 0")
     assert_user_error(invoke("append", "s", "--text", "x", "--id", ""), "minimum is 1")
+
+
+def test_database_url_option_selects_postgresql_and_is_checked_before_use() -> None:
+    result = invoke("--database-url", "mysql://bob:pw-secret@db/x", "sessions", "list")
+    assert_user_error(result, "database_url 'mysql://bob:***@db/x' is not a postgresql:// URL")
+    assert "pw-secret" not in result.output
+    # The option wins over the environment
+    result = invoke(
+        "--database-url",
+        "mysql://db/x",
+        "status",
+        env={"MEMSTREAM_DATABASE_URL": "postgresql://db/ms"},
+    )
+    assert_user_error(result, "database_url 'mysql://db/x' is not a postgresql:// URL")

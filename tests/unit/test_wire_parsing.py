@@ -14,7 +14,8 @@ from nats.aio.msg import Msg
 from nats.errors import NotJSMessageError
 
 import memstream.workers.codec as codec
-from memstream.workers.event_log import _pub_ack
+from memstream import UnavailableError
+from memstream.workers.event_log import EventLog, OutgoingMessage, StillStoringError, _pub_ack
 from memstream.workers.pull import stream_sequence
 
 
@@ -69,6 +70,55 @@ def test_publish_acks_read_as_their_json_says(
         # Then the fast read and the JSON agree
         result = _pub_ack("ms.s", _ack(data.encode()))
         assert (result.seq, result.duplicate) == (seq, duplicate)
+
+
+STILL_STORING = (
+    b'{"error":{"code":409,"err_code":10158,"description":"duplicate message id is in process"}}'
+)
+
+
+def test_a_write_still_being_stored_reads_as_unavailable() -> None:
+    # Given the refusal of a message sent again while its first copy is being stored
+    with pytest.raises(StillStoringError) as refused:
+        _pub_ack("ms.s", _ack(STILL_STORING))
+    # Then it is an UnavailableError (outcome unknown), not nats-py's BadRequestError
+    assert isinstance(refused.value, UnavailableError)
+    assert "ms.s" in str(refused.value)
+
+
+class _Replies:
+    """A NATS client that answers requests with the given replies, in turn."""
+
+    def __init__(self, *replies: bytes) -> None:
+        self.replies = list(replies)
+        self.sent = 0
+
+    def jetstream(self, timeout: float) -> None:
+        return None
+
+    async def request(
+        self, subject: str, payload: bytes, timeout: float, headers: dict[str, str]
+    ) -> Msg:
+        self.sent += 1
+        return _ack(self.replies.pop(0))
+
+
+async def test_a_write_still_being_stored_is_asked_again_until_acknowledged() -> None:
+    # Given a log whose first two answers are "still storing", then a duplicate's ack
+    client = _Replies(STILL_STORING, STILL_STORING, b'{"stream":"S","seq":7,"duplicate":true}')
+    log = EventLog(client, "S", timeout=2.0)  # type: ignore[arg-type]
+    # When a message is appended
+    result = await log.publish("ms.s", [OutgoingMessage(b"{}", {}, "id-1")], None)
+    # Then it is asked again until the log acknowledges the stored copy
+    assert (result.seq, result.duplicate, client.sent) == (7, True, 3)
+
+
+async def test_a_write_still_being_stored_past_the_timeout_is_unavailable() -> None:
+    client = _Replies(*[STILL_STORING] * 10)
+    log = EventLog(client, "S", timeout=0.05)  # type: ignore[arg-type]
+    with pytest.raises(StillStoringError):
+        await log.publish("ms.s", [OutgoingMessage(b"{}", {}, "id-1")], None)
+    assert 1 < client.sent < 10
 
 
 @pytest.mark.parametrize(

