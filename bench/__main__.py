@@ -45,6 +45,11 @@ BENCHMARKS = (
     "manager_search",
     "locomo",
     "memory",
+    "pg_rebuild",
+    "pg_search",
+    "pg_history",
+    "pg_agent_loop",
+    "pg_recall",
 )
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 

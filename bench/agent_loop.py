@@ -15,12 +15,13 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from nats.js import JetStreamContext
 
 from bench.harness import RAW_SUBJECT, Row, bench_env, median, paired_ratio, raw_stream
 from bench.payloads import MessageFactory, payload
+from memstream.client import Memstream
 from memstream.projections.sqlite.checkpointer import Checkpointer, defer_checkpoints
 from memstream.session import Session
 
@@ -91,6 +92,12 @@ class Floor:
         self.db.close()
 
 
+class Steps(Protocol):
+    """A floor: one step of the loop done by hand."""
+
+    async def step(self, session: str, message: dict[str, Any]) -> list[dict[str, Any]]: ...
+
+
 async def _ours(sessions: list[Session], messages: list[dict[str, Any]]) -> float:
     start = time.perf_counter()
     for index, message in enumerate(messages):
@@ -101,7 +108,7 @@ async def _ours(sessions: list[Session], messages: list[dict[str, Any]]) -> floa
     return len(messages) / (time.perf_counter() - start)
 
 
-async def _floor(floor: Floor, messages: list[dict[str, Any]]) -> float:
+async def _floor(floor: Steps, messages: list[dict[str, Any]]) -> float:
     start = time.perf_counter()
     for index, message in enumerate(messages):
         history = await floor.step(f"chat-{index % SESSIONS}", message)
@@ -109,42 +116,52 @@ async def _floor(floor: Floor, messages: list[dict[str, Any]]) -> float:
     return len(messages) / (time.perf_counter() - start)
 
 
-async def run() -> Row:
+async def compare(memstream: Memstream, floor: Steps) -> tuple[list[float], list[float]]:
+    """Steps/s of ours and of ``floor`` in :data:`ROUNDS` interleaved rounds, after a warm-up."""
     factory = MessageFactory(seed=11)
-    async with bench_env(NAME) as env:
-        memstream = await env.memstream()
-        raw = await env.raw_client()
-        floor = Floor(await raw_stream(raw), env.root / "floor.db")
-        try:
-            sessions = [memstream.session(f"chat-{s}") for s in range(SESSIONS)]
-            warm = factory.messages("warm", SESSIONS)
-            await _ours(sessions, warm)  # loads each aggregate once, as a running agent has
-            await _floor(floor, warm)
-            ours: list[float] = []
-            base: list[float] = []
-            for round_ in range(ROUNDS):
-                messages = factory.messages(f"r{round_}", STEPS_PER_ROUND)
-                # Alternate which goes first, so drift of the machine cancels in the pairs.
-                if round_ % 2:
-                    base.append(await _floor(floor, messages))
-                    ours.append(await _ours(sessions, messages))
-                else:
-                    ours.append(await _ours(sessions, messages))
-                    base.append(await _floor(floor, messages))
-        finally:
-            floor.close()
-            await raw.close()
-            await memstream.close()
+    sessions = [memstream.session(f"chat-{s}") for s in range(SESSIONS)]
+    warm = factory.messages("warm", SESSIONS)
+    await _ours(sessions, warm)  # loads each aggregate once, as a running agent has
+    await _floor(floor, warm)
+    ours: list[float] = []
+    base: list[float] = []
+    for round_ in range(ROUNDS):
+        messages = factory.messages(f"r{round_}", STEPS_PER_ROUND)
+        # Alternate which goes first, so drift of the machine cancels in the pairs.
+        if round_ % 2:
+            base.append(await _floor(floor, messages))
+            ours.append(await _ours(sessions, messages))
+        else:
+            ours.append(await _ours(sessions, messages))
+            base.append(await _floor(floor, messages))
+    return ours, base
+
+
+def result(title: str, target: float, ours: list[float], base: list[float]) -> Row:
     ratio = paired_ratio(ours, base)
     return Row(
-        TITLE,
+        title,
         f"{median(ours):,.0f} steps/s",
         f"{median(base):,.0f} steps/s",
         f"{ratio:.2f}×",
-        f"≥ {TARGET}×",
-        ratio >= TARGET,
+        f"≥ {target}×",
+        ratio >= target,
         f"medians of {ROUNDS} interleaved rounds of {STEPS_PER_ROUND} steps (alternating which "
         f"goes first), ratio the median of per-round ratios; messages of 200-500 bytes of text; "
         f"histories grow to {(ROUNDS * STEPS_PER_ROUND) // SESSIONS + 1} messages; rounds ours "
         f"{', '.join(f'{x:,.0f}' for x in ours)} / floor {', '.join(f'{x:,.0f}' for x in base)}",
     )
+
+
+async def run() -> Row:
+    async with bench_env(NAME) as env:
+        memstream = await env.memstream()
+        raw = await env.raw_client()
+        floor = Floor(await raw_stream(raw), env.root / "floor.db")
+        try:
+            ours, base = await compare(memstream, floor)
+        finally:
+            floor.close()
+            await raw.close()
+            await memstream.close()
+    return result(TITLE, TARGET, ours, base)

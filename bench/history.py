@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bench.fixtures import fill_session
 from bench.harness import Row, bench_env, median, ms
 from bench.payloads import MessageFactory
 from memstream.projections.sqlite.database import open_database
+from memstream.session import Session
 
 NAME = "history"
 TITLE = "get_history on a 10,000-message path"
@@ -44,39 +46,53 @@ def baseline_history(
     return [json.loads(row[0]) for row in rows]
 
 
-async def run() -> Row:
-    async with bench_env(NAME) as env:
-        memstream = await env.memstream()
-        try:
-            fill = await fill_session(memstream, "long", MessageFactory(seed=5), PATH)
-            session = memstream.session("long")
-            # The same connection settings (WAL, 64 MiB page cache) as memstream's own reader.
-            connection = open_database(env.settings.data_dir / "memstream.db")
-            try:
-                expected = await session.get_history()
-                assert len(expected) == PATH, f"history has {len(expected)} messages"
-                assert baseline_history(connection, "default", "long") == expected
-                ours: list[float] = []
-                baseline: list[float] = []
-                for _ in range(ROUNDS):
-                    start = time.perf_counter()
-                    await session.get_history()
-                    ours.append(time.perf_counter() - start)
-                    start = time.perf_counter()
-                    baseline_history(connection, "default", "long")
-                    baseline.append(time.perf_counter() - start)
-            finally:
-                connection.close()
-        finally:
-            await memstream.close()
+async def compare(
+    session: Session, baseline: Callable[[], list[dict[str, Any]]]
+) -> tuple[list[float], list[float]]:
+    """Seconds per call of ``get_history`` and of ``baseline``, interleaved, after checking that
+    both return the same path."""
+    expected = await session.get_history()
+    assert len(expected) == PATH, f"history has {len(expected)} messages"
+    assert baseline() == expected, "the baseline's history differs"
+    ours: list[float] = []
+    raw: list[float] = []
+    for _ in range(ROUNDS):
+        start = time.perf_counter()
+        await session.get_history()
+        ours.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        baseline()
+        raw.append(time.perf_counter() - start)
+    return ours, raw
+
+
+def result(title: str, ours: list[float], baseline: list[float], notes: str) -> Row:
     ratio = median(ours) / median(baseline)
     return Row(
-        TITLE,
+        title,
         ms(median(ours)),
         ms(median(baseline)),
         f"{ratio:.2f}×",
         f"≤ {TARGET:.0f}×",
         ratio <= TARGET,
-        f"median of {ROUNDS} interleaved calls; both decode the JSON of every message; "
-        f"session built with append_messages in {fill:.1f} s",
+        f"median of {ROUNDS} interleaved calls; both decode the JSON of every message; {notes}",
     )
+
+
+async def run() -> Row:
+    async with bench_env(NAME) as env:
+        memstream = await env.memstream()
+        try:
+            fill = await fill_session(memstream, "long", MessageFactory(seed=5), PATH)
+            # The same connection settings (WAL, 64 MiB page cache) as memstream's own reader.
+            connection = open_database(env.settings.data_dir / "memstream.db")
+            try:
+                ours, baseline = await compare(
+                    memstream.session("long"),
+                    lambda: baseline_history(connection, "default", "long"),
+                )
+            finally:
+                connection.close()
+        finally:
+            await memstream.close()
+    return result(TITLE, ours, baseline, f"session built with append_messages in {fill:.1f} s")

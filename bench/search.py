@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench.fixtures import fill_session
@@ -52,6 +53,56 @@ def baseline_search(connection: sqlite3.Connection, expression: str) -> list[dic
     ]
 
 
+KEYS = ("id", "role", "content", "created_at")
+Hits = list[tuple[Any, ...]]
+
+
+async def compare(
+    ours: Callable[[str, int], Awaitable[list[dict[str, Any]]]],
+    baseline: Callable[[str, int], list[dict[str, Any]]],
+    rounds: int = ROUNDS,
+) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
+    """Seconds per call of ``ours(query, round)`` and ``baseline(query, round)`` for each of
+    :data:`QUERIES`, interleaved, after checking that both return the same hits in every round
+    (which also warms the caches of both); and the hits counted over those checks."""
+    hits = 0
+    for round_ in range(rounds):
+        for query in QUERIES:
+            ours_hits = [tuple(h[k] for k in KEYS) for h in await ours(query, round_)]
+            raw_hits = [tuple(h[k] for k in KEYS) for h in baseline(query, round_)]
+            assert ours_hits == raw_hits, f"{query!r} (round {round_}): results differ"
+            hits += len(ours_hits)
+    ours_times: dict[str, list[float]] = {q: [] for q in QUERIES}
+    raw_times: dict[str, list[float]] = {q: [] for q in QUERIES}
+    for round_ in range(rounds):
+        for query in QUERIES:
+            start = time.perf_counter()
+            await ours(query, round_)
+            ours_times[query].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            baseline(query, round_)
+            raw_times[query].append(time.perf_counter() - start)
+    return ours_times, raw_times, hits
+
+
+def result(
+    title: str, ours: dict[str, list[float]], baseline: dict[str, list[float]], notes: str
+) -> Row:
+    figures = query_figures(ours, baseline)
+    return Row(
+        title,
+        f"{ms(figures.ours)} per query",
+        f"{ms(figures.baseline)} per query",
+        f"{figures.ratio:.2f}×",
+        f"≤ {TARGET}×",
+        figures.ratio <= TARGET,
+        f"mean of per-query medians over {len(QUERIES)} queries × {ROUNDS} interleaved rounds, "
+        f"limit {LIMIT} (the ratio is of total time; the geometric mean of per-query ratios, "
+        f"where fixed per-call costs weigh more on sub-millisecond queries, is "
+        f"{figures.geometric:.2f}×); ms ours/raw: {figures.detail}; {notes}",
+    )
+
+
 async def run() -> Row:
     async with bench_env(NAME) as env:
         memstream = await env.memstream()
@@ -61,43 +112,12 @@ async def run() -> Row:
             connection = open_database(env.settings.data_dir / "memstream.db")
             try:
                 expressions = {q: to_fts5(q) or "" for q in QUERIES}
-                hits = {}
-                for query in QUERIES:  # same answers, and a warm cache for both
-                    keys = ("id", "role", "content", "created_at")
-                    ours_hits = [
-                        tuple(h[k] for k in keys) for h in await session.search(query, LIMIT)
-                    ]
-                    raw_hits = [
-                        tuple(h[k] for k in keys)
-                        for h in baseline_search(connection, expressions[query])
-                    ]
-                    assert ours_hits == raw_hits, f"{query!r}: results differ"
-                    hits[query] = len(ours_hits)
-                ours: dict[str, list[float]] = {q: [] for q in QUERIES}
-                baseline: dict[str, list[float]] = {q: [] for q in QUERIES}
-                for _ in range(ROUNDS):
-                    for query in QUERIES:
-                        start = time.perf_counter()
-                        await session.search(query, LIMIT)
-                        ours[query].append(time.perf_counter() - start)
-                        start = time.perf_counter()
-                        baseline_search(connection, expressions[query])
-                        baseline[query].append(time.perf_counter() - start)
+                ours, baseline, _ = await compare(
+                    lambda query, _: session.search(query, LIMIT),
+                    lambda query, _: baseline_search(connection, expressions[query]),
+                )
             finally:
                 connection.close()
         finally:
             await memstream.close()
-    figures = query_figures(ours, baseline)
-    return Row(
-        TITLE,
-        f"{ms(figures.ours)} per query",
-        f"{ms(figures.baseline)} per query",
-        f"{figures.ratio:.2f}×",
-        f"≤ {TARGET}×",
-        figures.ratio <= TARGET,
-        f"mean of per-query medians over {len(QUERIES)} queries × {ROUNDS} interleaved rounds, "
-        f"limit {LIMIT} (the ratio is of total time; the geometric mean of per-query ratios, "
-        f"where fixed per-call costs weigh more on sub-millisecond queries, is "
-        f"{figures.geometric:.2f}×); ms ours/raw: {figures.detail}; "
-        f"session built with append_messages in {fill:.1f} s",
-    )
+    return result(TITLE, ours, baseline, f"session built with append_messages in {fill:.1f} s")
