@@ -62,3 +62,12 @@ async def fill_session(
         await session.append_messages(chain)
     await ms.wait_for_sessions()
     return time.perf_counter() - start
+
+
+async def fill_sessions(ms: Memstream, factory: MessageFactory, sessions: int, count: int) -> float:
+    """:func:`fill_session` for ``sessions`` sessions ``chat-000``, ``chat-001``…; the seconds
+    it took."""
+    start = time.perf_counter()
+    for index in range(sessions):
+        await fill_session(ms, f"chat-{index:03d}", factory, count)
+    return time.perf_counter() - start

@@ -7,7 +7,7 @@ import sqlite3
 import time
 from typing import Any
 
-from bench.fixtures import fill_session
+from bench.fixtures import fill_sessions
 from bench.harness import Row, bench_env, median, ms, query_figures
 from bench.payloads import MessageFactory
 from bench.search import QUERIES
@@ -65,10 +65,7 @@ async def run() -> Row:
     async with bench_env(NAME) as env:
         memstream = await env.memstream()
         try:
-            start = time.perf_counter()
-            for index in range(SESSIONS):
-                await fill_session(memstream, f"chat-{index:03d}", factory, PER_SESSION)
-            fill = time.perf_counter() - start
+            fill = await fill_sessions(memstream, factory, SESSIONS, PER_SESSION)
             manager = memstream.session_manager()
             namespace = memstream.namespace
             connection = open_database(env.settings.data_dir / "memstream.db")

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from bench.fixtures import fill_session
+from bench.fixtures import fill_sessions
 from bench.harness import Row
 from bench.payloads import MessageFactory
 from bench.postgres import Connection, needs_postgres, pg_bench_env, plain_connection, settle
@@ -49,10 +48,7 @@ async def measure(server: str) -> Row:
     async with pg_bench_env(NAME, server) as env:
         memstream = await env.memstream()
         try:
-            start = time.perf_counter()
-            for index in range(SESSIONS):
-                await fill_session(memstream, f"chat-{index:03d}", factory, PER_SESSION)
-            fill = time.perf_counter() - start
+            fill = await fill_sessions(memstream, factory, SESSIONS, PER_SESSION)
             assert env.settings.database_url is not None
             settle(env.settings.database_url)
             with plain_connection(env.settings.database_url) as connection:
