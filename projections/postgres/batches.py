@@ -215,17 +215,18 @@ def ensure_tracking(connection: Connection, names: Sequence[str]) -> None:
 
 
 def lock_positions(
-    connection: Connection, names: Sequence[str], *, wait: bool = True
+    connection: Connection, names: Sequence[str], *, wait: bool = True, copy: str | None = None
 ) -> dict[str, int]:
     """Inside a transaction: the positions of ``names`` (see :func:`ensure_tracking`), their
-    tracking rows locked until it ends.
+    tracking rows locked until it ends; with ``copy``, checked to be of the copy of that id.
 
     Raises:
         StoreBusy: ``wait`` is false and another transaction holds one of them.
+        ReadModelRewound: the database holds another copy than ``copy`` (it was replaced).
     """
     statement = (
-        "SELECT projection, seq FROM tracking WHERE projection = ANY(%s) "
-        "ORDER BY projection FOR UPDATE"
+        "SELECT projection, seq, (SELECT value FROM meta WHERE key = 'copy_id') FROM tracking "
+        "WHERE projection = ANY(%s) ORDER BY projection FOR UPDATE OF tracking"
     )
     try:
         rows = connection.execute(
@@ -235,7 +236,9 @@ def lock_positions(
         if wait:
             raise  # the lock timeout ran out: transient, tried again
         raise StoreBusy(str(error)) from error
-    found = {str(name): int(seq) for name, seq in rows}
+    if copy is not None and any(row[2] != copy for row in rows):
+        raise ReadModelRewound(f"the read model was replaced (copy {copy} is gone)")
+    found = {str(name): int(seq) for name, seq, _ in rows}
     return {name: found.get(name, 0) for name in names}
 
 
@@ -250,14 +253,19 @@ class PgBatchTransaction:
         *,
         committed: int | None = None,
         wait: bool = True,
+        copy: str | None = None,
     ) -> None:
+        """``copy``: the id of the copy its writer opened (checked when it begins)."""
         self._connection = connection
         self._projections = projections
         self._done = ProjectorStats()
-        connection.execute("BEGIN")
         self._open = True
         try:
-            positions = lock_positions(connection, [p.name for p in projections], wait=wait)
+            with connection.pipeline():  # one round trip
+                connection.execute("BEGIN")
+                positions = lock_positions(
+                    connection, [p.name for p in projections], wait=wait, copy=copy
+                )
             if committed is not None and positions and min(positions.values()) < committed:
                 raise ReadModelRewound(
                     f"read model at {min(positions.values())}, was at {committed}"
@@ -304,6 +312,8 @@ class PgBatchTransaction:
                     connection.execute("SAVEPOINT event")
                 try:
                     projection.apply(connection, entry.namespace(), entry.seq, event)
+                    if isolated:  # what it held back fails here, not outside the savepoint
+                        projection.before_commit(connection)
                 except psycopg.OperationalError:
                     raise  # the server, the connection or a lock: transient, retry the batch
                 except Exception as error:
@@ -325,19 +335,24 @@ class PgBatchTransaction:
             yield
 
     def expose(self) -> None:
-        for projection in self._projections:
-            projection.before_commit(self._connection)
+        """Write what the projections held back (in as few round trips as they allow)."""
+        with self._connection.pipeline():
+            for projection in self._projections:
+                projection.before_commit(self._connection)
 
     def commit(self, stats: ProjectorStats) -> int:
         """Write the positions and commit; the lowest position now committed."""
         try:
             self.expose()
-            with self._connection.cursor() as cursor:
-                cursor.executemany(
-                    "UPDATE tracking SET seq = %s WHERE projection = %s",
-                    [(seq, name) for name, seq in sorted(self._positions.items())],
+            names = sorted(self._positions)
+            with self._connection.pipeline():  # one round trip
+                self._connection.execute(
+                    "UPDATE tracking AS t SET seq = p.seq "
+                    "FROM unnest(%s::text[], %s::bigint[]) AS p (projection, seq) "
+                    "WHERE t.projection = p.projection",
+                    (names, [self._positions[name] for name in names]),
                 )
-            self._connection.execute("COMMIT")
+                self._connection.execute("COMMIT")
         except BaseException:
             self.rollback()
             raise
@@ -367,11 +382,14 @@ def batch_steps(
     *,
     committed: int | None = None,
     wait: bool = True,
+    copy: str | None = None,
 ) -> Generator[None, None, int]:
     """Apply ``entries`` in one transaction, pausing after each event, and commit; returns
     the lowest position now committed. Closing the generator early rolls it back."""
     decoded = prepare(projections, entries)
-    transaction = PgBatchTransaction(connection, projections, committed=committed, wait=wait)
+    transaction = PgBatchTransaction(
+        connection, projections, committed=committed, wait=wait, copy=copy
+    )
     try:
         yield from transaction.apply(entries, stats, decoded)
         return transaction.commit(stats)

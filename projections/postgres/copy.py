@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from memstream.domain.context import ContextDocument, SearchIndex
 from memstream.domain.session import SessionAggregate
@@ -42,11 +44,15 @@ from memstream.projections.postgres.store import PostgresReadModelStore, Scratch
 
 
 class PostgresReadModels:
-    """The read side on one connection of its own: queries, snapshot sources, positions."""
+    """The read side on one connection of its own: queries, snapshot sources, positions.
+    Reads go through the connection of a projector of this process on the same copy while it
+    holds its writer's own events in an open transaction (``lender``; see
+    :class:`~memstream.projections.postgres.reads.PgReads`)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, lender: Callable[[], ReadModelStore | None] | None = None) -> None:
         self.url = url
-        self.reads = PgReads(url)
+        self._lender = lender
+        self.reads = PgReads(url, self._lend if lender is not None else None)
         try:
             migrate(self.reads.connection, url)
             self._copy_id = copy_id(self.reads.connection)
@@ -62,8 +68,19 @@ class PostgresReadModels:
     def identity(self) -> Hashable | None:
         return ("postgresql", describe(self.url), self._copy_id)
 
+    def _lend(self) -> psycopg.Connection[tuple[Any, ...]] | None:
+        """The lender's connection while it is inside a transaction on this copy."""
+        store = self._lender() if self._lender is not None else None
+        if (
+            isinstance(store, PostgresReadModelStore)
+            and store.identity == self.identity
+            and store.connection.info.transaction_status == TransactionStatus.INTRANS
+        ):
+            return store.connection
+        return None
+
     def lent(self) -> bool:
-        return False  # a PostgreSQL reader always reads on its own connection
+        return self.reads.lent()
 
     def session_snapshots(self, namespace: str) -> SnapshotSource[SessionAggregate]:
         return PgSessionSnapshots(self.reads, namespace)
@@ -96,7 +113,10 @@ class PostgresReadModels:
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def replaced(self) -> bool:
-        """Whether the copy was replaced (a new copy id) since this reader opened it."""
+        """Whether the copy was replaced (a new copy id) since this reader opened it. Not
+        while reads are lent: the lender's transaction found this copy when it began."""
+        if self.reads.lent():
+            return False
         try:
             return self.copy_id() != self._copy_id
         except psycopg.Error:
@@ -130,7 +150,7 @@ class PostgresCopy:
         lender: Callable[[], ReadModelStore | None] | None = None,
         check: bool = False,
     ) -> PostgresReadModels:
-        return PostgresReadModels(self.url)
+        return PostgresReadModels(self.url, lender)
 
     def store(
         self,

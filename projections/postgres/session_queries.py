@@ -45,6 +45,25 @@ WITH RECURSIVE path (mid, {column}, parent_mid, depth) AS (
 _PATH = _path_walk("sid")
 _PATH_CONTENTS = _path_walk("content") + "SELECT depth, content FROM path"
 
+# A session's path in one statement: its key, its latest leaf (unless a leaf is given), the walk
+# leaf→root (as _path_walk's), and whether overlays are to be applied.
+_HISTORY = """
+WITH RECURSIVE k AS (
+    SELECT sid, messages, EXISTS (SELECT 1 FROM compactions AS c WHERE c.sid = s.sid) AS overlaid
+    FROM session_keys AS s WHERE namespace = %(ns)s AND session_id = %(id)s
+),
+path (mid, content, parent_mid, depth) AS (
+    SELECT m.mid, m.content, m.parent_mid, 0 FROM k JOIN messages AS m ON m.sid = k.sid
+        AND m.id = COALESCE(%(leaf)s, (SELECT l.id FROM messages AS l
+            WHERE l.sid = k.sid AND l.child_count = 0 ORDER BY l.position DESC LIMIT 1))
+    UNION ALL
+    SELECT m.mid, m.content, m.parent_mid, path.depth + 1
+    FROM path JOIN messages AS m ON m.mid = path.parent_mid
+    WHERE path.depth < (SELECT messages FROM k) - 1
+)
+SELECT path.depth, path.content, k.sid, k.overlaid FROM path, k
+"""
+
 # The recent window, walked up from the leaf (§3.10): a row joins while the window has fewer
 # than ``floor`` rows or the row still fits the byte budget; the first row that does not ends
 # the walk, so the read visits the window and one row more.
@@ -142,25 +161,14 @@ class PgSessionQueries:
 
     def history(self, namespace: str, session_id: str, leaf_id: str | None = None) -> list[Message]:
         """Root→leaf path (latest leaf by default) with overlays applied; ``[]`` if unknown."""
-        row = self._one(
-            "SELECT sid, messages, "
-            "(SELECT id FROM messages WHERE sid = k.sid AND child_count = 0 "
-            "ORDER BY position DESC LIMIT 1), "
-            "EXISTS (SELECT 1 FROM compactions WHERE sid = k.sid) "
-            "FROM session_keys AS k WHERE namespace = %s AND session_id = %s",
-            (namespace, session_id),
-        )
-        if row is None:
-            return []
-        sid, messages, latest, overlaid = row
-        leaf = leaf_id or latest
-        if leaf is None:
-            return []
         rows = self.connection.execute(
-            _PATH_CONTENTS, {"sid": sid, "leaf": leaf, "max_depth": int(messages) - 1}
+            _HISTORY, {"ns": namespace, "id": session_id, "leaf": leaf_id or None}
         ).fetchall()
+        if not rows:
+            return []
         rows.sort(reverse=True)  # root first, on the unique depths
         path = [m for m in decode_messages([r[1] for r in rows]) if m is not None]
+        sid, overlaid = rows[0][2], rows[0][3]
         return apply_overlays(path, self._compactions(sid)) if overlaid else path
 
     def recent_history(

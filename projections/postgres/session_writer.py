@@ -37,8 +37,8 @@ ROWS_KEPT = 4096
 
 @dataclass(frozen=True, slots=True)
 class _Stored:
-    """A message row just inserted, with its path aggregates: the parent of the next message
-    of a chain, found without a lookup."""
+    """A message row inserted (or held to be inserted), with its path aggregates: the parent
+    of the next message of a chain, found without a lookup."""
 
     sid: int
     id: str
@@ -47,18 +47,62 @@ class _Stored:
     path_bytes: int
 
 
+@dataclass(slots=True)
+class _Held:
+    """A message insert held for :meth:`PgSessionRows.flush`, its row worked out in memory."""
+
+    write: InsertMessage
+    row: _Stored
+    parent_mid: int | None
+    parent_held: bool  # its parent is held too (its children count is set in the row)
+    size: int
+    children: int = 0  # held children
+
+
+# Message inserts held before they are written together (one statement each flush).
+HELD_ROWS = 2000
+# Message row ids reserved from the identity sequence at a time, for the held inserts.
+MIDS_RESERVED = 1024
+
+# All or nothing: where one of the ids is stored already (an id inserted twice, which the domain
+# never does), nothing is inserted and the writer inserts row by row.
+_INSERT_HELD = f"""
+WITH t AS (
+    SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::bigint[],
+        %s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::text[], %s::bigint[],
+        %s::bigint[], %s::bigint[], %s::text[])
+    AS t (mid, sid, id, parent_id, parent_mid, role, content, bytes, position, created_at,
+        children, depth, path_bytes, text)
+)
+INSERT INTO messages (mid, sid, id, parent_id, parent_mid, role, content, bytes, position,
+    created_at, child_count, depth, path_bytes, search)
+SELECT t.mid, t.sid, t.id, t.parent_id, t.parent_mid, t.role, t.content, t.bytes, t.position,
+    t.created_at,
+    t.children + (SELECT count(*) FROM messages AS o WHERE o.sid = t.sid AND o.parent_id = t.id),
+    t.depth, t.path_bytes, to_tsvector('{TEXT_SEARCH}', t.text)
+FROM t
+WHERE NOT EXISTS (SELECT 1 FROM t AS d JOIN messages AS m ON m.sid = d.sid AND m.id = d.id)
+ON CONFLICT (sid, id) DO NOTHING
+RETURNING mid, child_count
+"""
+
+
 class PgSessionRows:
     """What the writes learnt of the read model (session keys, each session's last inserted
     row), valid inside one transaction and across the transactions of one connection while no
     other connection writes the sessions projection (it has one projector); and the writes
-    still owed at :meth:`flush` (children counts, message counts, positions). Whoever applies
-    writes calls :meth:`forget` after a rollback."""
+    still owed at :meth:`flush`: message inserts (held and written together, their row ids
+    reserved from the identity sequence), children counts, message counts, positions. Whoever
+    applies writes calls :meth:`forget` after a rollback."""
 
-    __slots__ = ("children", "counts", "positions", "sids", "tips")
+    __slots__ = ("children", "counts", "held", "held_ids", "mids", "positions", "sids", "tips")
 
     def __init__(self) -> None:
         self.sids: dict[tuple[str, str], int] = {}
         self.tips: dict[int, _Stored] = {}
+        self.held: list[_Held] = []
+        self.held_ids: dict[tuple[int, str], _Held] = {}
+        self.mids: list[int] = []  # reserved row ids (a sequence never gives one twice)
         self.children: dict[int, int] = {}  # parent mid → children gained
         self.counts: dict[int, int] = {}  # sid → messages added
         self.positions: dict[tuple[str, str], tuple[int, int]] = {}  # (seq, version)
@@ -66,36 +110,55 @@ class PgSessionRows:
     def forget(self) -> None:
         self.sids.clear()
         self.tips.clear()
+        self.held.clear()
+        self.held_ids.clear()
         self.children.clear()
         self.counts.clear()
         self.positions.clear()
 
     def flush(self, connection: Connection) -> None:
         """Write what the writes so far still owe the read model."""
-        with connection.cursor() as cursor:
+        if self.held:
+            self._write_held(connection)
+        if not (self.children or self.counts or self.positions):
+            return
+        # One round trip: nothing here needs the answer of another.
+        with connection.pipeline(), connection.cursor() as cursor:
             if self.children:
-                cursor.executemany(
-                    "UPDATE messages SET child_count = child_count + %s WHERE mid = %s",
-                    [(added, mid) for mid, added in sorted(self.children.items())],
+                mids, added = zip(*sorted(self.children.items()), strict=True)
+                cursor.execute(
+                    "UPDATE messages AS m SET child_count = m.child_count + t.added "
+                    "FROM unnest(%s::bigint[], %s::bigint[]) AS t (mid, added) "
+                    "WHERE m.mid = t.mid",
+                    (list(mids), list(added)),
                 )
                 self.children.clear()
-            if self.counts:
-                cursor.executemany(
-                    "UPDATE session_keys SET messages = messages + %s WHERE sid = %s",
-                    [(added, sid) for sid, added in sorted(self.counts.items()) if added],
+            counts = [(sid, added) for sid, added in sorted(self.counts.items()) if added]
+            self.counts.clear()
+            if counts:
+                sids, added = zip(*counts, strict=True)
+                cursor.execute(
+                    "UPDATE session_keys AS k SET messages = k.messages + t.added "
+                    "FROM unnest(%s::bigint[], %s::bigint[]) AS t (sid, added) "
+                    "WHERE k.sid = t.sid",
+                    (list(sids), list(added)),
                 )
-                self.counts.clear()
             if self.positions:
-                cursor.executemany(
+                keys = sorted(self.positions.items())
+                cursor.execute(
                     "INSERT INTO session_state (namespace, session_id, last_seq, version, sid) "
-                    "VALUES (%(ns)s, %(id)s, %(seq)s, %(version)s, (SELECT sid FROM session_keys "
-                    "WHERE namespace = %(ns)s AND session_id = %(id)s)) "
+                    "SELECT t.ns, t.id, t.seq, t.version, k.sid "
+                    "FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[]) "
+                    "AS t (ns, id, seq, version) "
+                    "LEFT JOIN session_keys AS k ON k.namespace = t.ns AND k.session_id = t.id "
                     "ON CONFLICT (namespace, session_id) DO UPDATE SET "
                     "last_seq = excluded.last_seq, version = excluded.version, sid = excluded.sid",
-                    [
-                        {"ns": key[0], "id": key[1], "seq": seq, "version": version}
-                        for key, (seq, version) in sorted(self.positions.items())
-                    ],
+                    (
+                        [key[0] for key, _ in keys],
+                        [key[1] for key, _ in keys],
+                        [seq for _, (seq, _) in keys],
+                        [version for _, (_, version) in keys],
+                    ),
                 )
                 self.positions.clear()
 
@@ -112,6 +175,95 @@ class PgSessionRows:
         if len(self.tips) >= ROWS_KEPT and row.sid not in self.tips:
             self.tips.clear()
         self.tips[row.sid] = row
+
+    def hold(self, connection: Connection, sid: int, write: InsertMessage) -> bool:
+        """Hold an insert whose parent is known (held, a session's last row, or stored) or
+        that is a root; ``False`` if it must be written at once (its parent is not stored:
+        it is an orphan that a later insert of its parent adopts)."""
+        key = (sid, write.message_id)
+        if key in self.held_ids:
+            return False  # the same id twice: the first is kept, as the row-by-row path does
+        parent: _Held | None = None
+        parent_mid: int | None = None
+        depth, path_bytes = -1, 0
+        if write.parent_id is not None:
+            parent = self.held_ids.get((sid, write.parent_id))
+            if parent is not None:
+                parent_mid = parent.row.mid
+                depth, path_bytes = parent.row.depth, parent.row.path_bytes
+            else:
+                found = _parent_of(connection, sid, write.parent_id, self)
+                if found[0] is None:
+                    return False
+                parent_mid, depth, path_bytes = found
+        if not self.mids:
+            self.mids = _reserve_mids(connection, MIDS_RESERVED)
+        size = _size(write.content)
+        row = _Stored(sid, write.message_id, self.mids.pop(), depth + 1, path_bytes + size)
+        held = _Held(write, row, parent_mid, parent is not None, size)
+        if parent is not None:
+            parent.children += 1
+        self.held.append(held)
+        self.held_ids[key] = held
+        self.stored(row)
+        if len(self.held) >= HELD_ROWS:
+            self._write_held(connection)
+        return True
+
+    def _write_held(self, connection: Connection) -> None:
+        """Insert the held rows with one statement; where one was stored already (an id
+        inserted twice), none, and then row by row."""
+        held, self.held = self.held, []
+        self.held_ids.clear()
+        rows = [h.row for h in held]
+        writes = [h.write for h in held]
+        inserted = connection.execute(
+            _INSERT_HELD,
+            (
+                [r.mid for r in rows],
+                [r.sid for r in rows],
+                [r.id for r in rows],
+                [w.parent_id for w in writes],
+                [h.parent_mid for h in held],
+                [w.role for w in writes],
+                [w.content for w in writes],
+                [h.size for h in held],
+                [w.position for w in writes],
+                [w.created_at for w in writes],
+                [h.children for h in held],
+                [r.depth for r in rows],
+                [r.path_bytes for r in rows],
+                [searchable(w.text) for w in writes],
+            ),
+        ).fetchall()
+        if not inserted:  # one was stored already: row by row, each as its write says
+            self.tips.clear()
+            for h in held:
+                stored = _insert(connection, h.row.sid, h.write, self)
+                if stored is not None:
+                    self.stored(stored)
+                    self.counts[h.row.sid] = self.counts.get(h.row.sid, 0) + 1
+            return
+        if len(inserted) != len(held):  # only with a second writer, which the lock excludes
+            raise RuntimeError(f"{len(inserted)} of {len(held)} message rows inserted")
+        adopted = {int(mid): int(children) for mid, children in inserted}
+        for h in held:
+            sid = h.row.sid
+            self.counts[sid] = self.counts.get(sid, 0) + 1
+            if h.parent_mid is not None and not h.parent_held:
+                self.children[h.parent_mid] = self.children.get(h.parent_mid, 0) + 1
+            if adopted[h.row.mid] > h.children:  # stored rows named it their parent
+                _adopt_orphans(connection, h.row)
+                self.tips.pop(sid, None)  # its subtree moved: the session's last row may have
+
+
+def _reserve_mids(connection: Connection, count: int) -> list[int]:
+    """``count`` message row ids from the table's identity sequence, the lowest last."""
+    rows = connection.execute(
+        "SELECT nextval(pg_get_serial_sequence('messages', 'mid')) FROM generate_series(1, %s)",
+        (count,),
+    ).fetchall()
+    return sorted((int(row[0]) for row in rows), reverse=True)
 
 
 def session_key(connection: Connection, namespace: str, session_id: str) -> int:
@@ -152,6 +304,9 @@ def _apply(connection: Connection, write: SessionWrite, rows: PgSessionRows) -> 
         return
     sid = rows.sid(connection, write.namespace, write.session_id)
     if isinstance(write, InsertMessage):
+        if rows.hold(connection, sid, write):
+            return
+        rows.flush(connection)
         stored = _insert(connection, sid, write, rows)
         if stored is not None:
             rows.stored(stored)
@@ -258,24 +413,29 @@ def _insert(
     mid, children = int(row[0]), int(row[1])
     if parent_mid is not None:
         rows.children[parent_mid] = rows.children.get(parent_mid, 0) + 1
+    stored = _Stored(sid, write.message_id, mid, depth, path_bytes)
     if children:
-        # Orphans left by a delete of this id point at it again, and their subtrees' paths
-        # now run through it.
-        orphans = connection.execute(
-            "SELECT mid, depth, bytes, path_bytes FROM messages "
-            "WHERE sid = %s AND parent_id = %s AND parent_mid IS NULL",
-            (sid, write.message_id),
-        ).fetchall()
-        for orphan, orphan_depth, orphan_bytes, orphan_path_bytes in orphans:
-            connection.execute("UPDATE messages SET parent_mid = %s WHERE mid = %s", (mid, orphan))
-            _shift_subtree(
-                connection,
-                sid,
-                orphan,
-                depth + 1 - orphan_depth,
-                path_bytes + orphan_bytes - orphan_path_bytes,
-            )
-    return _Stored(sid, write.message_id, mid, depth, path_bytes)
+        _adopt_orphans(connection, stored)
+    return stored
+
+
+def _adopt_orphans(connection: Connection, row: _Stored) -> None:
+    """Orphans left by a delete of ``row``'s id point at it again, and their subtrees' paths
+    now run through it."""
+    orphans = connection.execute(
+        "SELECT mid, depth, bytes, path_bytes FROM messages "
+        "WHERE sid = %s AND parent_id = %s AND parent_mid IS NULL",
+        (row.sid, row.id),
+    ).fetchall()
+    for orphan, orphan_depth, orphan_bytes, orphan_path_bytes in orphans:
+        connection.execute("UPDATE messages SET parent_mid = %s WHERE mid = %s", (row.mid, orphan))
+        _shift_subtree(
+            connection,
+            row.sid,
+            orphan,
+            row.depth + 1 - orphan_depth,
+            row.path_bytes + orphan_bytes - orphan_path_bytes,
+        )
 
 
 def _parent_of(

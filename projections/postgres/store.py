@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 from psycopg import conninfo, sql
+from psycopg.pq import TransactionStatus
 
 from memstream.domain.errors import UnavailableError
 from memstream.projections.ports import (
@@ -113,7 +114,10 @@ class PostgresReadModelStore:
         return False  # opening never replaces a database (only renew() does)
 
     def replaced(self) -> bool:
-        """Whether another process replaced the copy (a new copy id) since this store opened it."""
+        """Whether another process replaced the copy (a new copy id) since this store opened
+        it. Not inside a transaction of its own: each finds its copy when it begins."""
+        if self.connection.info.transaction_status == TransactionStatus.INTRANS:
+            return False
         try:
             return copy_id(self.connection) != self._copy_id
         except (psycopg.Error, UnavailableError):
@@ -185,6 +189,7 @@ class PostgresReadModelStore:
                     stats,
                     committed=committed,
                     wait=wait,
+                    copy=self._copy_id,
                 )
             )
         except psycopg.OperationalError as error:
@@ -198,7 +203,11 @@ class PostgresReadModelStore:
     def transaction(self, *, committed: int | None = None, wait: bool = True) -> PgBatchTransaction:
         try:
             return PgBatchTransaction(
-                self.connection, self._projections, committed=committed, wait=wait
+                self.connection,
+                self._projections,
+                committed=committed,
+                wait=wait,
+                copy=self._copy_id,
             )
         except psycopg.OperationalError as error:
             raise self._unavailable(error) from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from memstream.projections.postgres.session_writer import PgSessionRows
 from memstream.projections.postgres.session_writer import (
     apply_session_writes as pg_apply_session_writes,
 )
-from memstream.projections.session_writes import project_session_event
+from memstream.projections.session_writes import InsertMessage, project_session_event
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 from memstream.projections.sqlite.session_writer import SessionRows
@@ -437,9 +438,12 @@ def _answers(queries: SessionQueries, ns: str) -> dict[str, Any]:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(operations=st.lists(_operation, min_size=1, max_size=16))
+@given(
+    operations=st.lists(_operation, min_size=1, max_size=16),
+    commits=st.lists(st.booleans(), min_size=16, max_size=16),
+)
 def test_random_trees_read_the_same_on_sqlite_and_postgresql(
-    postgres_url: str, tmp_path: Path, operations: list[Any]
+    postgres_url: str, tmp_path: Path, operations: list[Any], commits: list[bool]
 ) -> None:
     # One database and one file for every example, each example in a namespace of its own.
     ns = f"n{uuid.uuid4().hex[:10]}"
@@ -449,12 +453,60 @@ def test_random_trees_read_the_same_on_sqlite_and_postgresql(
         log = RecordedLog(ns)
         stored: list[str] = []
         deleted: list[str] = []
-        for operation in operations:
+        batch: list[LogEntry] = []
+        for operation, commit in zip(operations, commits, strict=False):
             entries = log.session("s", _decide(operation, stored, deleted))
-            # Each command's events in a transaction of their own.
+            # Each command's events in a transaction of their own on SQLite; on PostgreSQL,
+            # the commands of a batch together (as a projector does), so that the inserts it
+            # holds meet deletes, restores (orphans adopted) and updates of their batch.
             sqlite.apply(entries)
-            postgres.apply(entries)
+            batch += entries
+            if commit:
+                postgres.apply(batch)
+                batch = []
+        postgres.apply(batch)
         assert _answers(postgres.queries, ns) == _answers(sqlite.queries, ns)
+    finally:
+        sqlite.close()
+        postgres.close()
+
+
+@pytest.mark.postgres
+def test_held_inserts_meet_orphans_and_a_repeated_id_as_row_by_row_writes_do(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """PostgreSQL holds a batch's message inserts and writes them with one statement: in one
+    batch, a restored message adopts its orphans while a child of an orphan is held, and an id
+    inserted twice keeps its first content (the statement is undone and made row by row). The
+    answers are SQLite's, whose writer inserts row by row."""
+    ns = f"n{uuid.uuid4().hex[:10]}"
+    log = RecordedLog(ns)
+    first = log.session("s", lambda s: s.append_messages([msg("m1"), msg("m2"), msg("m3")]))
+    first += log.session("s", lambda s: s.delete_messages(["m2"]))
+    second = log.session("s", lambda s: s.append_message(msg("m2", "back"), parent_id="m1"))
+    second += log.session("s", lambda s: s.append_message(msg("m4", "kyoto"), parent_id="m3"))
+    second += log.session("s", lambda s: s.append_message(msg("m5", "lisbon"), parent_id="m4"))
+    writes = [w for e in second for w in project_session_event(ns, e.seq, e.decode())]
+    inserts = [w for w in writes if isinstance(w, InsertMessage)]
+    again = replace(inserts[1], content=inserts[2].content, text="osaka")  # m4 once more
+    writes.insert(writes.index(inserts[2]), again)
+    sqlite = SqliteBackend(tmp_path / "rm.db")
+    postgres = PostgresBackend(postgres_url)
+    try:
+        sqlite.apply(first)
+        postgres.apply(first)
+        sqlite.connection.execute("BEGIN IMMEDIATE")
+        sqlite_apply_session_writes(sqlite.connection, writes, sqlite.rows)
+        sqlite.rows.flush(sqlite.connection)
+        sqlite.connection.execute("COMMIT")
+        with postgres.writer.transaction():
+            pg_apply_session_writes(postgres.writer, writes, postgres.rows)
+            postgres.rows.flush(postgres.writer)
+        answers = _answers(postgres.queries, ns)
+        assert answers == _answers(sqlite.queries, ns)
+        assert ids(answers["each"]["m5"][0]) == ["m1", "m2", "m3", "m4", "m5"]
+        assert answers["search"]["kyoto"] == ["m4"]
+        assert postgres.queries.search(ns, "s", "osaka", 10) == []
     finally:
         sqlite.close()
         postgres.close()
