@@ -18,6 +18,7 @@ import pytest
 from support.processes import freeze, script_json
 
 from memstream.client import HOLD_SECONDS, Memstream, open_memstream
+from memstream.projections.ports import ReadModelStore
 from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.store import SqliteReadModelStore
@@ -40,14 +41,14 @@ async def turn(session: Session, message_id: str, text: str | None = None) -> li
 
 
 def copy_projector(
-    log: EventLog, connection: sqlite3.Connection, last: int, **options: Any
+    log: EventLog, store: ReadModelStore, last: int, **options: Any
 ) -> tuple[ProjectorWorker, asyncio.Event]:
-    """A projector of the log into the read-model copy on ``connection``, and an event set
-    once it has committed ``last``."""
+    """A projector of the log into the read-model copy ``store``, and an event set once it
+    has committed ``last``."""
     reached = asyncio.Event()
     worker = ProjectorWorker(
         log,
-        SqliteReadModelStore(connection),
+        store,
         on_commit=lambda seq: reached.set() if seq >= last else None,
         **options,
     )
@@ -69,28 +70,40 @@ async def run_until(
 
 
 async def live_and_rebuilt(
-    writer: Memstream, path: Path, names: tuple[str, ...], **options: Any
+    writer: Memstream, names: tuple[str, ...], **options: Any
 ) -> tuple[dict[str, str], dict[str, str], int, ProjectorWorker]:
     """Checksums of ``names`` in the writer's read model (once it has the whole log) and in a
-    copy at ``path`` projected from the log alone by a projector made with ``options``; the
-    copy's message count, and that projector."""
+    scratch copy of the same backend projected from the log alone by a projector made with
+    ``options``; the writer's message count (the copies' checksums cover their messages), and
+    that projector."""
     projector = writer.projector
     assert projector is not None
     await writer.sync("sessions")
-    live = {
-        name: checksum(projector.store.connection, name)  # type: ignore[attr-defined]
-        for name in names
-    }
-    connection = open_database(path)
+    live = {name: projector.store.checksum(name) for name in names}
+    scratch = writer.copy.scratch()
     try:
         last = await writer.log.stream_last_seq()
-        worker, reached = copy_projector(writer.log, connection, last, **options)
+        worker, reached = copy_projector(writer.log, scratch, last, **options)
         await run_until(worker, reached)
-        rebuilt = {name: checksum(connection, name) for name in names}
-        count = int(connection.execute("SELECT count(*) FROM messages").fetchone()[0])
+        rebuilt = {name: scratch.checksum(name) for name in names}
     finally:
-        connection.close()
-    return live, rebuilt, count, worker
+        scratch.close()
+    sessions = writer.read_models.sessions.sessions(writer.namespace)
+    return live, rebuilt, sum(int(s["messages"]) for s in sessions), worker
+
+
+async def committed_messages(settings: Settings, session_id: str) -> tuple[int, int]:
+    """The messages of ``session_id`` and the sessions position that another connection to
+    the read model reads now (committed rows only), without waiting for anything."""
+    other = await open_memstream(settings, workers=False)
+    try:
+        models = other.read_models
+        return (
+            models.sessions.message_count(other.namespace, session_id),
+            models.tracked_seq("sessions"),
+        )
+    finally:
+        await other.close()
 
 
 async def test_every_way_of_consuming_and_applying_builds_the_same_read_model(
@@ -119,7 +132,7 @@ async def test_every_way_of_consuming_and_applying_builds_the_same_read_model(
             connection = open_database(tmp_path / f"copy-{standing}-{thread_bytes}.db")
             worker, reached = copy_projector(
                 writer.log,
-                connection,
+                SqliteReadModelStore(connection),
                 last,
                 demand=Demand(),
                 linger=0.01,
@@ -140,6 +153,7 @@ async def test_every_way_of_consuming_and_applying_builds_the_same_read_model(
         await writer.close()
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize(
     ("overlap", "write_early"),
     [(True, True), (True, False), (False, True)],
@@ -196,7 +210,6 @@ async def test_reads_that_apply_their_own_writes_build_the_same_read_model(
         # And a projector that reads every event from the log builds the same read model
         ours, rebuilt, _, worker = await live_and_rebuilt(
             writer,
-            tmp_path / "copy.db",
             ("sessions", "context", "registry"),
             standing_pull=False,
             thread_bytes=0,
@@ -226,7 +239,7 @@ async def test_a_batch_that_meets_a_locked_database_is_retried_and_logged_once_b
         connection.execute("PRAGMA busy_timeout = 50")
         blocker = sqlite3.connect(tmp_path / "copy.db", isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")
-        worker, reached = copy_projector(writer.log, connection, last)
+        worker, reached = copy_projector(writer.log, SqliteReadModelStore(connection), last)
         caplog.set_level(logging.WARNING, logger="memstream.workers.projector")
 
         async def release_later() -> None:
@@ -254,6 +267,7 @@ async def test_a_batch_that_meets_a_locked_database_is_retried_and_logged_once_b
         await writer.close()
 
 
+@pytest.mark.both_backends
 async def test_concurrent_agent_loops_applying_their_own_writes_match_a_rebuild(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -273,9 +287,7 @@ async def test_concurrent_agent_loops_applying_their_own_writes_match_a_rebuild(
         # When eight agent loops run at once in it (their acks and reads interleave)
         await asyncio.gather(*(loop(s) for s in range(8)))
         # Then a projector that reads every event from the log builds the same read model
-        ours, rebuilt, messages, _ = await live_and_rebuilt(
-            writer, tmp_path / "copy.db", ("sessions", "registry")
-        )
+        ours, rebuilt, messages, _ = await live_and_rebuilt(writer, ("sessions", "registry"))
         assert rebuilt == ours
         assert messages == 200
         assert projector.own_batches > 0, "no read applied its own writes"
@@ -283,6 +295,7 @@ async def test_concurrent_agent_loops_applying_their_own_writes_match_a_rebuild(
         await writer.close()
 
 
+@pytest.mark.both_backends
 async def test_own_writes_applied_beside_another_process_writing_match_a_rebuild(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -323,9 +336,7 @@ async def test_own_writes_applied_beside_another_process_writing_match_a_rebuild
         await writer.sync("sessions")
         # Then both sessions are whole, and the copy equals one built from the log alone
         assert len(await writer.session("elsewhere").get_history()) == 150
-        ours, rebuilt, messages, _ = await live_and_rebuilt(
-            writer, tmp_path / "copy.db", ("sessions", "registry")
-        )
+        ours, rebuilt, messages, _ = await live_and_rebuilt(writer, ("sessions", "registry"))
         assert rebuilt == ours
         assert messages == 270
         assert projector.own_batches > 0, "no read applied its own writes"
@@ -333,6 +344,7 @@ async def test_own_writes_applied_beside_another_process_writing_match_a_rebuild
         await writer.close()
 
 
+@pytest.mark.both_backends
 async def test_a_failed_apply_for_a_reader_leaves_the_events_to_their_delivery(
     settings: Settings,
 ) -> None:
@@ -370,6 +382,7 @@ async def test_a_failed_apply_for_a_reader_leaves_the_events_to_their_delivery(
         await writer.close()
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("where", ["another-session", "the-same-session"])
 async def test_a_write_whose_sequence_another_writer_took_rolls_its_projection_back(
     settings: Settings, tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
@@ -427,9 +440,7 @@ async def test_a_write_whose_sequence_another_writer_took_rolls_its_projection_b
             ["x"] if target == "o" else []
         )
         # And the read model equals one built from the log alone
-        ours, rebuilt, messages, _ = await live_and_rebuilt(
-            writer, tmp_path / "copy.db", ("sessions", "registry")
-        )
+        ours, rebuilt, messages, _ = await live_and_rebuilt(writer, ("sessions", "registry"))
         assert rebuilt == ours
         assert messages == 8
     finally:
@@ -480,6 +491,7 @@ async def test_a_write_whose_acknowledgement_is_slow_rolls_its_projection_back_i
         server.stop()
 
 
+@pytest.mark.both_backends
 async def test_an_agent_loop_commits_its_writes_in_groups_that_other_readers_see_soon(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -506,9 +518,7 @@ async def test_an_agent_loop_commits_its_writes_in_groups_that_other_readers_see
         assert [m["id"] for m in history] == [f"m{i}" for i in range(41)]
         assert time.monotonic() - started < 2
         # And the read model equals one built from the log alone
-        ours, rebuilt, messages, _ = await live_and_rebuilt(
-            writer, tmp_path / "copy.db", ("sessions", "registry")
-        )
+        ours, rebuilt, messages, _ = await live_and_rebuilt(writer, ("sessions", "registry"))
         assert rebuilt == ours
         assert messages == 41
     finally:
@@ -516,6 +526,7 @@ async def test_an_agent_loop_commits_its_writes_in_groups_that_other_readers_see
         await writer.close()
 
 
+@pytest.mark.both_backends
 async def test_a_write_kept_in_the_open_transaction_is_committed_when_the_client_closes(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -530,16 +541,8 @@ async def test_a_write_kept_in_the_open_transaction_is_committed_when_the_client
     assert projector.committed > writer.positions["sessions"].position
     # When the client closes at once
     await writer.close()
-    # Then the file holds the write, committed
-    connection = sqlite3.connect(settings.data_dir / "memstream.db")
-    try:
-        assert connection.execute("SELECT count(*) FROM messages").fetchone() == (2,)
-        (tracked,) = connection.execute(
-            "SELECT seq FROM tracking WHERE projection = 'sessions'"
-        ).fetchone()
-        assert tracked == projector.committed
-    finally:
-        connection.close()
+    # Then the read model holds the write, committed
+    assert await committed_messages(settings, "s") == (2, projector.committed)
 
 
 @pytest.fixture
@@ -594,6 +597,7 @@ async def test_a_reader_in_another_process_gets_writes_kept_open_here_at_once(
     assert seen["read_seconds"] < 5, seen
 
 
+@pytest.mark.both_backends
 async def test_wait_for_commits_the_own_writes_it_waits_for(
     settings: Settings, keeping: Memstream
 ) -> None:
@@ -609,13 +613,9 @@ async def test_wait_for_commits_the_own_writes_it_waits_for(
     started = time.monotonic()
     await writer.wait_for("sessions")
     assert time.monotonic() - started < 1
-    # Then the write is committed: another connection to the file reads it at once
+    # Then the write is committed: another connection to the read model reads it at once
     assert writer.positions["sessions"].position == projector.committed
-    connection = sqlite3.connect(settings.data_dir / "memstream.db")
-    try:
-        assert connection.execute("SELECT count(*) FROM messages").fetchone() == (2,)
-    finally:
-        connection.close()
+    assert await committed_messages(settings, "s") == (2, projector.committed)
 
 
 async def test_the_event_loop_never_waits_for_another_connections_write_lock(
@@ -663,3 +663,25 @@ async def test_the_event_loop_never_waits_for_another_connections_write_lock(
     history = await asyncio.wait_for(read, 10)
     assert [m["id"] for m in history] == [f"m{i}" for i in range(21)]
     assert [m["id"] for m in await session.get_history()] == [f"m{i}" for i in range(21)]
+
+
+@pytest.mark.both_backends
+async def test_reads_here_see_writes_kept_open_that_other_connections_do_not_see_yet(
+    settings: Settings, keeping: Memstream
+) -> None:
+    # Given a client whose acknowledged writes stay in its projector's open transaction
+    writer = keeping
+    projector = writer.projector
+    assert projector is not None
+    session = writer.session("s")
+    await turn(session, "m0")
+    # When it appends and reads
+    history = await turn(session, "m1")
+    # Then its read went through the projector's transaction, which has the write
+    assert [m["id"] for m in history] == ["m0", "m1"]
+    assert writer.read_models.lent()
+    assert projector.committed > writer.positions["sessions"].position
+    # And another connection does not see it yet (nothing uncommitted leaks)
+    count, tracked = await committed_messages(settings, "s")
+    assert tracked < projector.committed
+    assert count < 2
