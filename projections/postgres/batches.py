@@ -45,6 +45,8 @@ from memstream.projections.postgres.memory_writer import (
 from memstream.projections.postgres.registry_writer import apply_registry_writes, touch_sessions
 from memstream.projections.postgres.session_writer import PgSessionRows, apply_session_writes
 from memstream.projections.registry_writes import (
+    ForgetSession,
+    RegisterSession,
     Touches,
     TouchSession,
     project_registry_event,
@@ -59,6 +61,8 @@ from memstream.projections.vector_writes import (
 logger = logging.getLogger(__name__)
 
 Connection = psycopg.Connection[tuple[Any, ...]]
+# Sessions whose registration the registry projection remembers before it starts again.
+KNOWN_SESSIONS = 4096
 
 
 class PgProjection(Protocol):
@@ -106,27 +110,45 @@ class PgContextProjection:
 
 
 class PgRegistryProjection:
-    """Registered sessions; the touches of a batch are written once per session."""
+    """Registered sessions; the touches of a batch are written once per session, and not at
+    all for a session known not to be registered (most sessions never are: a touch of one
+    would be a statement that changes nothing). What it knows holds while it is the registry's
+    only writer (one projector per projection) and is forgotten after a rollback."""
 
     name = "registry"
 
     def __init__(self) -> None:
         self.touches = Touches()
+        self.registered: dict[tuple[str, str], bool] = {}
 
     def apply(self, connection: Connection, namespace: str, seq: int, event: object) -> None:
         for write in project_registry_event(namespace, seq, event):
             if isinstance(write, TouchSession):
                 self.touches.add(namespace, write)
-            else:
-                self.before_commit(connection)  # a later write must not be overtaken by a touch
-                apply_registry_writes(connection, [write])
+                continue
+            self.before_commit(connection)  # a later write must not be overtaken by a touch
+            apply_registry_writes(connection, [write])
+            if isinstance(write, RegisterSession | ForgetSession):
+                self._know((write.namespace, write.session_id), isinstance(write, RegisterSession))
 
     def forget(self) -> None:
         self.touches.pending.clear()
+        self.registered.clear()
 
     def before_commit(self, connection: Connection) -> None:
-        if self.touches.pending:
-            touch_sessions(connection, self.touches.take())
+        if not self.touches.pending:
+            return
+        touches = [t for t in self.touches.take() if self.registered.get(t[:2]) is not False]
+        if touches:
+            touched = touch_sessions(connection, touches)
+            for namespace, session_id, _, _ in touches:
+                key = (namespace, session_id)
+                self._know(key, key in touched)
+
+    def _know(self, key: tuple[str, str], registered: bool) -> None:
+        if len(self.registered) >= KNOWN_SESSIONS and key not in self.registered:
+            self.registered.clear()
+        self.registered[key] = registered
 
 
 class PgMemoryProjection:
@@ -335,10 +357,9 @@ class PgBatchTransaction:
             yield
 
     def expose(self) -> None:
-        """Write what the projections held back (in as few round trips as they allow)."""
-        with self._connection.pipeline():
-            for projection in self._projections:
-                projection.before_commit(self._connection)
+        """Write what the projections held back."""
+        for projection in self._projections:
+            projection.before_commit(self._connection)
 
     def commit(self, stats: ProjectorStats) -> int:
         """Write the positions and commit; the lowest position now committed."""
@@ -351,6 +372,7 @@ class PgBatchTransaction:
                     "FROM unnest(%s::text[], %s::bigint[]) AS p (projection, seq) "
                     "WHERE t.projection = p.projection",
                     (names, [self._positions[name] for name in names]),
+                    prepare=False,
                 )
                 self._connection.execute("COMMIT")
         except BaseException:

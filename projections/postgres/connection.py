@@ -71,10 +71,14 @@ def connect(
     """A new connection to the database at ``url`` with the memstream schema first on its
     search path (created by :func:`~memstream.projections.postgres.schema.migrate`).
 
-    Every execution of a prepared statement is planned for its parameters and the tables as
-    they are then (``plan_cache_mode``): psycopg prepares a statement from its fifth
-    execution, and a generic plan made while a table was nearly empty keeps scanning it as it
-    grows (a path walk went from 0.2 to 7 ms per read over 2,000 appends).
+    psycopg prepares a statement from its fifth execution, and PostgreSQL may then keep one
+    generic plan for it: made while a table was nearly empty, a plan of a join or a walk keeps
+    scanning the table as it grows (a path walk went from 0.2 to 7 ms per read over 2,000
+    appends, until autovacuum's ANALYZE). Statements whose plan depends on the tables' sizes
+    (walks, joins with an array of rows) are therefore run unprepared (``prepare=False``):
+    planned at each execution for its parameters and the tables as they are then. Statements
+    that look rows up by a unique key keep their prepared plans (planning one costs more than
+    running it).
 
     Raises:
         InvalidInputError: ``url`` is not a PostgreSQL URL.
@@ -85,7 +89,7 @@ def connect(
     parameters.update(KEEPALIVES)
     parameters["connect_timeout"] = str(max(2, math.ceil(timeout)))
     parameters["application_name"] = application_name[:63]
-    parameters["options"] = f"-c search_path={SCHEMA},public -c plan_cache_mode=force_custom_plan"
+    parameters["options"] = f"-c search_path={SCHEMA},public"
     try:
         connection = psycopg.connect(conninfo.make_conninfo(**parameters), autocommit=autocommit)
     except psycopg.Error as error:

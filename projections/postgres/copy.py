@@ -8,6 +8,8 @@ rebuild's writes) on the database at a URL; every error names it with its passwo
 from __future__ import annotations
 
 import contextlib
+import math
+import time
 from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -40,7 +42,11 @@ from memstream.projections.postgres.snapshots import (
     PgSearchSnapshots,
     PgSessionSnapshots,
 )
-from memstream.projections.postgres.store import PostgresReadModelStore, ScratchStore
+from memstream.projections.postgres.store import (
+    REPLACED_CHECK_SECONDS,
+    PostgresReadModelStore,
+    ScratchStore,
+)
 
 
 class PostgresReadModels:
@@ -59,6 +65,8 @@ class PostgresReadModels:
         except BaseException:
             self.reads.close()
             raise
+        self._copy_checked = -math.inf  # when replaced() last found the copy in place
+        self._identity = ("postgresql", describe(url), self._copy_id)
         self.sessions = PgSessionQueries(self.reads)
         self.context = PgContextQueries(self.reads)
         self.registry = PgRegistryQueries(self.reads)
@@ -66,7 +74,7 @@ class PostgresReadModels:
 
     @property
     def identity(self) -> Hashable | None:
-        return ("postgresql", describe(self.url), self._copy_id)
+        return self._identity
 
     def _lend(self) -> psycopg.Connection[tuple[Any, ...]] | None:
         """The lender's connection while it is inside a transaction on this copy."""
@@ -114,13 +122,20 @@ class PostgresReadModels:
 
     def replaced(self) -> bool:
         """Whether the copy was replaced (a new copy id) since this reader opened it. Not
-        while reads are lent: the lender's transaction found this copy when it began."""
+        while reads are lent (the lender's transaction found this copy when it began), and
+        asked again at most every :data:`REPLACED_CHECK_SECONDS`."""
         if self.reads.lent():
             return False
+        now = time.monotonic()
+        if now - self._copy_checked < REPLACED_CHECK_SECONDS:
+            return False
         try:
-            return self.copy_id() != self._copy_id
+            replaced = self.copy_id() != self._copy_id
         except psycopg.Error:
             return False
+        if not replaced:
+            self._copy_checked = now
+        return replaced
 
     def damage_translated(self) -> AbstractContextManager[None]:
         return contextlib.nullcontext()  # PostgreSQL reports no damaged files

@@ -74,7 +74,8 @@ class PgReads:
 
     def execute(self, query: Any, params: Any = None, /) -> Cursor:
         try:
-            return self.current().execute(query, params)
+            # Reads walk and join: planned for the tables as they are (see connect()).
+            return self.current().execute(query, params, prepare=False)
         except psycopg.OperationalError as error:
             if self._reading and self._connection is not None and self._connection.broken:
                 self._reading = False

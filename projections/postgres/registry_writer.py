@@ -73,12 +73,21 @@ def apply_registry_writes(connection: Connection, writes: Iterable[RegistryWrite
             )
 
 
-def touch_sessions(connection: Connection, touches: list[tuple[str, str, str, int]]) -> None:
+def touch_sessions(
+    connection: Connection, touches: list[tuple[str, str, str, int]]
+) -> set[tuple[str, str]]:
     """Record the last activity ``(namespace, session id, time, seq)`` of registered sessions
-    (no row: not registered, nothing to do)."""
-    with connection.cursor() as cursor:
-        cursor.executemany(
-            "UPDATE session_registry SET updated_at = %(at)s, updated_seq = %(seq)s "
-            "WHERE namespace = %(ns)s AND session_id = %(id)s",
-            [{"ns": ns, "id": sid, "at": at, "seq": seq} for ns, sid, at, seq in touches],
-        )
+    (no row: not registered, nothing to do); the sessions that had a row."""
+    rows = connection.execute(
+        "UPDATE session_registry AS r SET updated_at = t.at, updated_seq = t.seq "
+        "FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[]) AS t (ns, id, at, seq) "
+        "WHERE r.namespace = t.ns AND r.session_id = t.id RETURNING r.namespace, r.session_id",
+        (
+            [t[0] for t in touches],
+            [t[1] for t in touches],
+            [t[2] for t in touches],
+            [t[3] for t in touches],
+        ),
+        prepare=False,  # a join with an array of rows
+    ).fetchall()
+    return {(str(ns), str(session_id)) for ns, session_id in rows}

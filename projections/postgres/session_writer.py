@@ -87,6 +87,55 @@ RETURNING mid, child_count
 """
 
 
+_ADD_CHILDREN = (
+    "UPDATE messages AS m SET child_count = m.child_count + t.added "
+    "FROM unnest(%s::bigint[], %s::bigint[]) AS t (mid, added) WHERE m.mid = t.mid"
+)
+_ADD_MESSAGES = (
+    "UPDATE session_keys AS k SET messages = k.messages + t.added "
+    "FROM unnest(%s::bigint[], %s::bigint[]) AS t (sid, added) WHERE k.sid = t.sid"
+)
+# Each session's last sequence and version (its decision state's position).
+_UPSERT_POSITIONS = """
+INSERT INTO session_state (namespace, session_id, last_seq, version, sid)
+SELECT t.ns, t.id, t.seq, t.version, k.sid
+FROM unnest(%(ns)s::text[], %(ids)s::text[], %(seqs)s::bigint[], %(versions)s::bigint[])
+    AS t (ns, id, seq, version)
+LEFT JOIN session_keys AS k ON k.namespace = t.ns AND k.session_id = t.id
+ON CONFLICT (namespace, session_id) DO UPDATE SET
+    last_seq = excluded.last_seq, version = excluded.version, sid = excluded.sid
+"""
+_RECORD_POSITIONS = (
+    _UPSERT_POSITIONS.replace("%(ns)s", "%s")
+    .replace("%(ids)s", "%s")
+    .replace("%(seqs)s", "%s")
+    .replace("%(versions)s", "%s")
+)
+
+# One held insert (an agent loop's usual flush) with its parent's children count and its
+# session's message count (counted only if the row was inserted), and the positions owed, in
+# one statement.
+_INSERT_ONE = f"""
+WITH ins AS (
+    INSERT INTO messages (mid, sid, id, parent_id, parent_mid, role, content, bytes, position,
+        created_at, child_count, depth, path_bytes, search)
+    VALUES (%(mid)s, %(sid)s, %(id)s, %(parent_id)s, %(parent_mid)s, %(role)s, %(content)s,
+        %(bytes)s, %(position)s, %(created_at)s,
+        (SELECT count(*) FROM messages WHERE sid = %(sid)s AND parent_id = %(id)s),
+        %(depth)s, %(path_bytes)s, to_tsvector('{TEXT_SEARCH}', %(text)s))
+    ON CONFLICT (sid, id) DO NOTHING
+    RETURNING mid, child_count
+), parent AS (
+    UPDATE messages SET child_count = child_count + 1
+    WHERE mid = %(parent_mid)s AND EXISTS (SELECT 1 FROM ins)
+), counted AS (
+    UPDATE session_keys SET messages = messages + 1
+    WHERE sid = %(sid)s AND EXISTS (SELECT 1 FROM ins)
+), positions AS ({_UPSERT_POSITIONS})
+SELECT mid, child_count FROM ins
+"""
+
+
 class PgSessionRows:
     """What the writes learnt of the read model (session keys, each session's last inserted
     row), valid inside one transaction and across the transactions of one connection while no
@@ -118,49 +167,44 @@ class PgSessionRows:
 
     def flush(self, connection: Connection) -> None:
         """Write what the writes so far still owe the read model."""
-        if self.held:
+        positions = self._positions()
+        if len(self.held) == 1:
+            # The usual flush of an agent loop's step: one statement with the positions.
+            self._write_one(connection, positions)
+            positions = None
+        elif self.held:
             self._write_held(connection)
-        if not (self.children or self.counts or self.positions):
-            return
-        # One round trip: nothing here needs the answer of another.
-        with connection.pipeline(), connection.cursor() as cursor:
-            if self.children:
-                mids, added = zip(*sorted(self.children.items()), strict=True)
-                cursor.execute(
-                    "UPDATE messages AS m SET child_count = m.child_count + t.added "
-                    "FROM unnest(%s::bigint[], %s::bigint[]) AS t (mid, added) "
-                    "WHERE m.mid = t.mid",
-                    (list(mids), list(added)),
-                )
-                self.children.clear()
-            counts = [(sid, added) for sid, added in sorted(self.counts.items()) if added]
-            self.counts.clear()
-            if counts:
-                sids, added = zip(*counts, strict=True)
-                cursor.execute(
-                    "UPDATE session_keys AS k SET messages = k.messages + t.added "
-                    "FROM unnest(%s::bigint[], %s::bigint[]) AS t (sid, added) "
-                    "WHERE k.sid = t.sid",
-                    (list(sids), list(added)),
-                )
-            if self.positions:
-                keys = sorted(self.positions.items())
-                cursor.execute(
-                    "INSERT INTO session_state (namespace, session_id, last_seq, version, sid) "
-                    "SELECT t.ns, t.id, t.seq, t.version, k.sid "
-                    "FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[]) "
-                    "AS t (ns, id, seq, version) "
-                    "LEFT JOIN session_keys AS k ON k.namespace = t.ns AND k.session_id = t.id "
-                    "ON CONFLICT (namespace, session_id) DO UPDATE SET "
-                    "last_seq = excluded.last_seq, version = excluded.version, sid = excluded.sid",
-                    (
-                        [key[0] for key, _ in keys],
-                        [key[1] for key, _ in keys],
-                        [seq for _, (seq, _) in keys],
-                        [version for _, (_, version) in keys],
-                    ),
-                )
-                self.positions.clear()
+        statements: list[tuple[str, tuple[list[Any], ...]]] = []
+        if self.children:
+            mids, added = zip(*sorted(self.children.items()), strict=True)
+            statements.append((_ADD_CHILDREN, (list(mids), list(added))))
+            self.children.clear()
+        counts = [(sid, added) for sid, added in sorted(self.counts.items()) if added]
+        self.counts.clear()
+        if counts:
+            sids, added = zip(*counts, strict=True)
+            statements.append((_ADD_MESSAGES, (list(sids), list(added))))
+        if positions is not None:
+            statements.append((_RECORD_POSITIONS, positions))
+        if len(statements) == 1:
+            connection.execute(*statements[0], prepare=False)
+        elif statements:
+            with connection.pipeline():  # one round trip: none needs the answer of another
+                for statement in statements:
+                    connection.execute(*statement, prepare=False)
+
+    def _positions(self) -> tuple[list[Any], ...] | None:
+        """The positions owed, as the arrays of :data:`_RECORD_POSITIONS` (then none owed)."""
+        if not self.positions:
+            return None
+        keys = sorted(self.positions.items())
+        self.positions.clear()
+        return (
+            [key[0] for key, _ in keys],
+            [key[1] for key, _ in keys],
+            [seq for _, (seq, _) in keys],
+            [version for _, (_, version) in keys],
+        )
 
     def sid(self, connection: Connection, namespace: str, session_id: str) -> int:
         key = (namespace, session_id)
@@ -217,7 +261,7 @@ class PgSessionRows:
         self.held_ids.clear()
         rows = [h.row for h in held]
         writes = [h.write for h in held]
-        inserted = connection.execute(
+        inserted = connection.execute(  # a join of the rows with the table: unprepared
             _INSERT_HELD,
             (
                 [r.mid for r in rows],
@@ -235,6 +279,7 @@ class PgSessionRows:
                 [r.path_bytes for r in rows],
                 [searchable(w.text) for w in writes],
             ),
+            prepare=False,
         ).fetchall()
         if not inserted:  # one was stored already: row by row, each as its write says
             self.tips.clear()
@@ -255,6 +300,43 @@ class PgSessionRows:
             if adopted[h.row.mid] > h.children:  # stored rows named it their parent
                 _adopt_orphans(connection, h.row)
                 self.tips.pop(sid, None)  # its subtree moved: the session's last row may have
+
+    def _write_one(self, connection: Connection, positions: tuple[list[Any], ...] | None) -> None:
+        """Insert the one held row (not if its id is stored already, as row by row) and record
+        ``positions``."""
+        (held,) = self.held
+        self.held = []
+        self.held_ids.clear()
+        write, row = held.write, held.row
+        ns, ids, seqs, versions = positions or ([], [], [], [])
+        inserted = connection.execute(
+            _INSERT_ONE,
+            {
+                "mid": row.mid,
+                "sid": row.sid,
+                "id": row.id,
+                "parent_id": write.parent_id,
+                "parent_mid": held.parent_mid,
+                "role": write.role,
+                "content": write.content,
+                "bytes": held.size,
+                "position": write.position,
+                "created_at": write.created_at,
+                "depth": row.depth,
+                "path_bytes": row.path_bytes,
+                "text": searchable(write.text),
+                "ns": ns,
+                "ids": ids,
+                "seqs": seqs,
+                "versions": versions,
+            },
+        ).fetchone()
+        if inserted is None:
+            self.tips.pop(row.sid, None)  # the stored row is the session's, not this one
+            return
+        if int(inserted[1]):  # stored rows named it their parent
+            _adopt_orphans(connection, row)
+            self.tips.pop(row.sid, None)
 
 
 def _reserve_mids(connection: Connection, count: int) -> list[int]:
@@ -367,7 +449,9 @@ WHERE mid IN (SELECT mid FROM subtree)
 def _shift_subtree(connection: Connection, sid: int, root: int, depth: int, size: int) -> None:
     if depth or size:
         connection.execute(
-            _SHIFT_SUBTREE, {"sid": sid, "root": root, "depth": depth, "bytes": size}
+            _SHIFT_SUBTREE,
+            {"sid": sid, "root": root, "depth": depth, "bytes": size},
+            prepare=False,  # a walk
         )
 
 

@@ -4,6 +4,7 @@ positions, dead letters, projections dropped for a rebuild or because their vers
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Generator, Hashable, Sequence
@@ -40,6 +41,9 @@ logger = logging.getLogger(__name__)
 Connection = psycopg.Connection[tuple[Any, ...]]
 
 LOCK_TIMEOUT_MS = 30_000
+# A store or reader asks whether its copy was replaced at most this often (a question per
+# read or write would cost a round trip each; writes check it in their transaction anyway).
+REPLACED_CHECK_SECONDS = 0.5
 # Tables each projection owns: emptied together when it is dropped.
 PROJECTION_TABLES: dict[str, tuple[str, ...]] = {
     "sessions": ("session_keys", "messages", "compactions", "session_state"),
@@ -81,6 +85,8 @@ class PostgresReadModelStore:
         to project it again (a reader's or a rebuild's store never does)."""
         self.url = url
         self._names = list(projections)
+        self._location = describe(url)
+        self._copy_checked = -math.inf  # when replaced() last found the copy in place
         self._projections = pg_projections(projections, encoder)
         self.connection: Connection = connect(url, autocommit=True)
         try:
@@ -103,7 +109,7 @@ class PostgresReadModelStore:
 
     @property
     def identity(self) -> Hashable | None:
-        return ("postgresql", describe(self.url), self._copy_id)
+        return ("postgresql", self._location, self._copy_id)
 
     @property
     def renewable(self) -> bool:
@@ -115,13 +121,21 @@ class PostgresReadModelStore:
 
     def replaced(self) -> bool:
         """Whether another process replaced the copy (a new copy id) since this store opened
-        it. Not inside a transaction of its own: each finds its copy when it begins."""
+        it. Not inside a transaction of its own (each checks the copy when it begins, see
+        :func:`~memstream.projections.postgres.batches.lock_positions`: nothing is written to
+        another copy), and asked again at most every :data:`REPLACED_CHECK_SECONDS`."""
         if self.connection.info.transaction_status == TransactionStatus.INTRANS:
             return False
+        now = time.monotonic()
+        if now - self._copy_checked < REPLACED_CHECK_SECONDS:
+            return False
         try:
-            return copy_id(self.connection) != self._copy_id
+            replaced = copy_id(self.connection) != self._copy_id
         except (psycopg.Error, UnavailableError):
             return False
+        if not replaced:
+            self._copy_checked = now
+        return replaced
 
     def renew(self, damage: str | None) -> None:
         """With ``damage``: move the memstream schema aside (renamed, kept for inspection) and
@@ -145,6 +159,7 @@ class PostgresReadModelStore:
         migrate(self.connection, self.url)
         ensure_tracking(self.connection, self._names)
         self._copy_id = copy_id(self.connection)
+        self._copy_checked = -math.inf
         for projection in self._projections:
             projection.forget()
 

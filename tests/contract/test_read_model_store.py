@@ -316,6 +316,42 @@ class ReadModelStoreContract:
 
     # -- reads -----------------------------------------------------------------------------
 
+    def test_activity_is_recorded_for_sessions_registered_after_they_were_used(
+        self, store: ReadModelStore, reader: ReadModels
+    ) -> None:
+        # (PostgreSQL's registry projection remembers which sessions have no row, to touch
+        # only registered ones: each batch here is its own transaction on one store)
+        log = RecordedLog()
+
+        def append(session_id: str, message_id: str) -> list[LogEntry]:
+            return log.session(session_id, lambda s: s.append_message(msg(message_id)))
+
+        def active() -> list[str]:
+            page, _ = reader.registry.page(NS, 10)
+            return [s["id"] for s in page]
+
+        store.apply(log.registry("a", lambda r: r.create("A")), ProjectorStats())
+        store.apply(append("z", "m1"), ProjectorStats())  # z has no row yet
+        assert active() == ["a"]
+        # A registration, then activity in the same batch
+        store.apply(
+            [*log.registry("z", lambda r: r.create("Z")), *append("z", "m2")], ProjectorStats()
+        )
+        assert active() == ["z", "a"]
+        store.apply(append("a", "m1"), ProjectorStats())
+        assert active() == ["a", "z"]
+        store.apply(append("z", "m3"), ProjectorStats())
+        assert active() == ["z", "a"]
+        # Deleted (no row again), used, registered again and used in later batches
+        store.apply(log.registry("z", lambda r: r.delete()), ProjectorStats())
+        store.apply(append("z", "m4"), ProjectorStats())
+        store.apply(append("a", "m2"), ProjectorStats())
+        assert active() == ["a"]
+        store.apply(log.registry("z", lambda r: r.create("Z again")), ProjectorStats())
+        store.apply(append("a", "m3"), ProjectorStats())
+        store.apply(append("z", "m5"), ProjectorStats())
+        assert active() == ["z", "a"]
+
     def test_the_registry_lists_registered_sessions_most_recently_active_first(
         self, store: ReadModelStore, reader: ReadModels
     ) -> None:

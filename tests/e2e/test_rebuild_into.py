@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +31,26 @@ def _worker(env: dict[str, str], log: Path, name: str) -> tuple[subprocess.Popen
 
 
 def _reads(env: dict[str, str]) -> dict[str, Any]:
-    """What a user reads back: history, search, context, memories, per-session summaries."""
-    return {
-        "history": json_of(env, "sessions", "history", "trip"),
-        "branch": json_of(env, "sessions", "history", "trip", "--leaf", "m2"),
-        "search": json_of(env, "sessions", "search", "ferry"),
-        "sessions": [
-            {k: v for k, v in s.items() if k not in ("first_at", "last_at")}
-            for s in json_of(env, "sessions", "list")
-        ],
-        "blocks": json_of(env, "context", "list", "--session", "trip"),
-        "memories": json_of(env, "memory", "list", "alice")["memories"],
-        "recall": json_of(env, "memory", "recall", "alice", "Which language?")["candidates"],
+    """What a user reads back: history, search, context, memories, per-session summaries (the
+    commands run side by side: each is a process of its own)."""
+    commands = {
+        "history": ("sessions", "history", "trip"),
+        "branch": ("sessions", "history", "trip", "--leaf", "m2"),
+        "search": ("sessions", "search", "ferry"),
+        "sessions": ("sessions", "list"),
+        "blocks": ("context", "list", "--session", "trip"),
+        "memories": ("memory", "list", "alice"),
+        "recall": ("memory", "recall", "alice", "Which language?"),
     }
+    with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+        futures = {key: pool.submit(json_of, env, *args) for key, args in commands.items()}
+        read = {key: future.result() for key, future in futures.items()}
+    read["sessions"] = [
+        {k: v for k, v in s.items() if k not in ("first_at", "last_at")} for s in read["sessions"]
+    ]
+    read["memories"] = read["memories"]["memories"]
+    read["recall"] = read["recall"]["candidates"]
+    return read
 
 
 def test_rebuild_into_postgresql_and_back_gives_the_same_read_models(
