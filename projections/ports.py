@@ -16,7 +16,7 @@ cursor or error: a backend translates its damage errors into
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Hashable, Sequence
+from collections.abc import Callable, Collection, Generator, Hashable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -344,6 +344,22 @@ class RegistryQueries(Protocol):
     def count(self, namespace: str) -> int: ...
 
 
+class VectorSearch(Protocol):
+    """Nearest vectors by cosine similarity: a profile's vectors of one kind, searched in
+    memory (:class:`memstream.projections.vector_search.VectorIndex`) or by the database."""
+
+    def search(
+        self,
+        query: Any,
+        k: int,
+        *,
+        min_score: float | None = None,
+        exclude: Collection[str] = (),
+    ) -> list[tuple[str, float]]:
+        """The ``k`` ids most similar to ``query`` (a normalised vector), best first, as
+        ``(id, score)``; below ``min_score`` or in ``exclude``: left out."""
+
+
 class MemoryQueries(Protocol):
     """Reads of the memory and vectors read models, each scoped by (namespace, profile)
     (:class:`memstream.projections.sqlite.memory_queries.SqliteMemoryQueries` documents
@@ -411,6 +427,12 @@ class MemoryQueries(Protocol):
     def vector_state(self, namespace: str, profile: str, kind: str) -> tuple[int, int]: ...
 
     def vectors_position(self) -> int: ...
+
+    def vector_search(
+        self, namespace: str, profile: str, kind: str, model: str
+    ) -> VectorSearch | None:
+        """A search the database runs itself over the profile's vectors of ``kind`` made by
+        ``model`` (PostgreSQL with pgvector), or ``None``: load them (:meth:`vectors`)."""
 
 
 class ReadModels(Protocol):

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from memstream.domain.extraction.model import TimeWindow
 from memstream.domain.memory_input import iso
-from memstream.projections.ports import MemoryQueries
-
-if TYPE_CHECKING:
-    from memstream.projections.vector_search import VectorIndex
+from memstream.projections.ports import MemoryQueries, VectorSearch
 
 RRF_K: Final = 60
 # Per level: the depth of each channel, and how many candidates a recall returns.
@@ -50,8 +47,8 @@ class RecallInputs:
 
     terms: Sequence[str]
     query_vector: Any = None
-    memory_index: VectorIndex | None = None
-    message_index: VectorIndex | None = None
+    memory_index: VectorSearch | None = None
+    message_index: VectorSearch | None = None
     topic_keys: Sequence[str] = ()
     window: TimeWindow | None = None
     channels: dict[str, list[str]] = field(default_factory=dict)  # filled: for diagnostics

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memstream.domain.extraction.model import TimeWindow
-from memstream.projections.ports import MemoryQueries
+from memstream.projections.ports import MemoryQueries, VectorSearch
 from memstream.workers.indexer import LazyEncoder
 
 if TYPE_CHECKING:
@@ -67,7 +67,12 @@ class VectorCache:
 
     def index(
         self, queries: MemoryQueries, namespace: str, profile: str, kind: str
-    ) -> VectorIndex | None:
+    ) -> VectorSearch | None:
+        """The profile's vectors of ``kind`` to search: the database's own search where it
+        has one (pgvector), else the vectors loaded into memory (``None``: none stored)."""
+        server = queries.vector_search(namespace, profile, kind, self.model_name)
+        if server is not None:
+            return server
         key = (namespace, profile, kind)
         position = queries.vectors_position()
         with self._lock:

@@ -44,6 +44,7 @@ from memstream.projections.postgres.memory_writer import (
 )
 from memstream.projections.postgres.registry_writer import apply_registry_writes, touch_sessions
 from memstream.projections.postgres.session_writer import PgSessionRows, apply_session_writes
+from memstream.projections.postgres.vectors import ensure_index
 from memstream.projections.registry_writes import (
     ForgetSession,
     RegisterSession,
@@ -173,6 +174,8 @@ class PgVectorProjection:
     def __init__(self, encoder: TextEncoder) -> None:
         self.encoder = encoder
         self.prepared = PreparedVectors(encoder)
+        self.embeddings = False  # also stored for pgvector (set by the store that finds it)
+        self._indexed: set[int] = set()  # dimensions whose HNSW index this transaction has
 
     def prepare(self, events: Sequence[tuple[str, int, object]]) -> None:
         self.prepared.prepare(events)
@@ -183,10 +186,21 @@ class PgVectorProjection:
                 drop_vectors(connection, write)
             else:
                 vectors = self.prepared.vectors(seq, write)
-                store_vectors(connection, write, self.encoder.model_name, vectors)
+                if self.embeddings and len(vectors):
+                    dimension = len(vectors[0])
+                    if dimension not in self._indexed:
+                        ensure_index(connection, dimension)
+                        self._indexed.add(dimension)
+                store_vectors(
+                    connection,
+                    write,
+                    self.encoder.model_name,
+                    vectors,
+                    embeddings=self.embeddings,
+                )
 
     def forget(self) -> None:
-        pass
+        self._indexed.clear()  # (an index made in a rolled back transaction is gone)
 
     def before_commit(self, connection: Connection) -> None:
         pass

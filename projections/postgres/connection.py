@@ -89,7 +89,9 @@ def connect(
     parameters.update(KEEPALIVES)
     parameters["connect_timeout"] = str(max(2, math.ceil(timeout)))
     parameters["application_name"] = application_name[:63]
-    parameters["options"] = f"-c search_path={SCHEMA},public"
+    # pgvector (where a recall's search walks an HNSW graph with a profile's filter): scan on
+    # until enough rows pass the filter (a setting of its own: ignored where it is absent).
+    parameters["options"] = f"-c search_path={SCHEMA},public -c hnsw.iterative_scan=relaxed_order"
     try:
         connection = psycopg.connect(conninfo.make_conninfo(**parameters), autocommit=autocommit)
     except psycopg.Error as error:

@@ -7,6 +7,8 @@ rank by ``ts_rank_cd`` with the weights SQLite's BM25 gives the memory's parts."
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +24,7 @@ from memstream.projections.memory_rows import (
 from memstream.projections.postgres.reads import Executes
 from memstream.projections.postgres.schema import TEXT_SEARCH
 from memstream.projections.postgres.text import indexable
+from memstream.projections.postgres.vectors import PgVectorSearch, has_embeddings
 
 Connection = Executes
 # ts_rank_cd's weights of D, C, B, A (each at most 1): content and queries (C), keywords (B)
@@ -38,12 +41,32 @@ def _any_term(terms: Sequence[str]) -> tuple[sql.Composable, list[str]] | None:
     return sql.SQL(" || ").join([phrase] * len(kept)), kept
 
 
+# A reader whose database stores no vectors for pgvector asks again after this long (the
+# indexer creates the column when it starts).
+EMBEDDINGS_CHECK_SECONDS = 10.0
+
+
 class PgMemoryQueries:
     """Agent Memory reads, each scoped by (namespace, profile): an id of another profile is
     not found."""
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
+        self._embeddings = False  # whether vectors are stored for pgvector (see vectors.py)
+        self._embeddings_checked = -math.inf
+
+    def vector_search(
+        self, namespace: str, profile: str, kind: str, model: str
+    ) -> PgVectorSearch | None:
+        """The database's own search of the profile's vectors where pgvector stores them
+        (asked again every :data:`EMBEDDINGS_CHECK_SECONDS` while it does not), else ``None``."""
+        now = time.monotonic()
+        if not self._embeddings and now - self._embeddings_checked >= EMBEDDINGS_CHECK_SECONDS:
+            self._embeddings_checked = now
+            self._embeddings = has_embeddings(self.connection)
+        if not self._embeddings:
+            return None
+        return PgVectorSearch(self.connection, namespace, profile, kind, model)
 
     def _pid(self, namespace: str, profile: str) -> int | None:
         row = self.connection.execute(

@@ -27,6 +27,7 @@ from memstream.projections.memory_writes import (
 )
 from memstream.projections.postgres.schema import TEXT_SEARCH
 from memstream.projections.postgres.text import searchable
+from memstream.projections.postgres.vectors import literal
 from memstream.projections.vector_writes import DropVectors, EmbedTexts
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -268,31 +269,46 @@ def _delete_profile(connection: Connection, namespace: str, profile: str) -> Non
 
 
 def store_vectors(
-    connection: Connection, write: EmbedTexts, model: str, vectors: Sequence[Any]
+    connection: Connection,
+    write: EmbedTexts,
+    model: str,
+    vectors: Sequence[Any],
+    *,
+    embeddings: bool = False,
 ) -> None:
-    """Store the vectors of ``write``'s items (in their order), replacing older ones."""
+    """Store the vectors of ``write``'s items (in their order), replacing older ones; with
+    ``embeddings``, for pgvector too (see :mod:`memstream.projections.postgres.vectors`)."""
     from memstream.projections.vector_search import pack  # numpy: only where vectors are made
 
+    rows = [
+        (
+            write.namespace,
+            write.profile,
+            write.kind,
+            item_id,
+            session_id,
+            model,
+            pack(v),
+            write.seq,
+            *((literal(v),) if embeddings else ()),
+        )
+        for (item_id, session_id, _), v in zip(write.items, vectors, strict=True)
+    ]
+    columns = "namespace, profile, kind, item_id, session_id, model, vector, seq"
+    values = "%s, %s, %s, %s, %s, %s, %s, %s"
+    updates = (
+        "session_id = excluded.session_id, model = excluded.model, vector = excluded.vector, "
+        "seq = excluded.seq"
+    )
+    if embeddings:
+        columns += ", embedding"
+        values += ", %s::public.vector"
+        updates += ", embedding = excluded.embedding"
     with connection.cursor() as cursor:
         cursor.executemany(
-            "INSERT INTO memory_vectors (namespace, profile, kind, item_id, session_id, model, "
-            "vector, seq) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
-            "ON CONFLICT (namespace, profile, kind, item_id) DO UPDATE SET "
-            "session_id = excluded.session_id, model = excluded.model, vector = excluded.vector, "
-            "seq = excluded.seq",
-            [
-                (
-                    write.namespace,
-                    write.profile,
-                    write.kind,
-                    item_id,
-                    session_id,
-                    model,
-                    pack(v),
-                    write.seq,
-                )
-                for (item_id, session_id, _), v in zip(write.items, vectors, strict=True)
-            ],
+            f"INSERT INTO memory_vectors ({columns}) VALUES ({values}) "
+            f"ON CONFLICT (namespace, profile, kind, item_id) DO UPDATE SET {updates}",
+            rows,
         )
 
 

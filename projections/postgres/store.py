@@ -27,6 +27,7 @@ from memstream.projections.ports import (
 )
 from memstream.projections.postgres.batches import (
     PgBatchTransaction,
+    PgVectorProjection,
     batch_steps,
     ensure_tracking,
     lock_positions,
@@ -35,6 +36,7 @@ from memstream.projections.postgres.batches import (
 from memstream.projections.postgres.checksum import checksum, first_difference
 from memstream.projections.postgres.connection import SCHEMA, connect, describe, unavailable
 from memstream.projections.postgres.schema import copy_id, migrate
+from memstream.projections.postgres.vectors import enable_pgvector
 
 logger = logging.getLogger(__name__)
 
@@ -80,11 +82,15 @@ class PostgresReadModelStore:
         *,
         encoder: TextEncoder | None = None,
         long_lived: bool = False,
+        pgvector: bool = True,
     ) -> None:
         """``long_lived``: a projector's store, which empties a projection of another version
-        to project it again (a reader's or a rebuild's store never does)."""
+        to project it again (a reader's or a rebuild's store never does). ``pgvector``: store
+        vectors for pgvector too where the server has it (see
+        :mod:`~memstream.projections.postgres.vectors`)."""
         self.url = url
         self._names = list(projections)
+        self._pgvector = pgvector
         self._location = describe(url)
         self._copy_checked = -math.inf  # when replaced() last found the copy in place
         self._projections = pg_projections(projections, encoder)
@@ -99,6 +105,8 @@ class PostgresReadModelStore:
                 self._renew_changed()
                 if "vectors" in self._names and encoder is not None:
                     self._renew_vectors_of_other_models(encoder.model_name)
+            if "vectors" in self._names and pgvector:
+                self._enable_pgvector(renew=long_lived)
         except BaseException:
             self.connection.close()
             raise
@@ -160,6 +168,8 @@ class PostgresReadModelStore:
         ensure_tracking(self.connection, self._names)
         self._copy_id = copy_id(self.connection)
         self._copy_checked = -math.inf
+        if "vectors" in self._names and self._pgvector:
+            self._enable_pgvector(renew=False)  # a new copy: nothing stored without
         for projection in self._projections:
             projection.forget()
 
@@ -279,6 +289,30 @@ class PostgresReadModelStore:
             describe(self.url),
             row[0],
             model,
+        )
+        with self.connection.transaction():
+            lock_positions(self.connection, ["vectors"])
+            _empty(self.connection, "vectors")
+
+    def _enable_pgvector(self, *, renew: bool) -> None:
+        """Store vectors for pgvector too when the server has it. Vectors stored before
+        (without) are made again: a projector's store empties the projection for that."""
+        if not enable_pgvector(self.connection, self.url):
+            return
+        for projection in self._projections:
+            if isinstance(projection, PgVectorProjection):
+                projection.embeddings = True
+        if not renew:
+            return
+        row = self.connection.execute(
+            "SELECT 1 FROM memory_vectors WHERE embedding IS NULL LIMIT 1"
+        ).fetchone()
+        if row is None:
+            return
+        logger.warning(
+            "read model %s: pgvector found; projection vectors emptied, to be indexed again "
+            "from the log for it",
+            describe(self.url),
         )
         with self.connection.transaction():
             lock_positions(self.connection, ["vectors"])

@@ -315,6 +315,10 @@ class SqliteMemoryQueries:
         ).fetchone()
         return int(row[0]), int(row[1])
 
+    def vector_search(self, namespace: str, profile: str, kind: str, model: str) -> None:
+        """``None``: SQLite does not search vectors itself (the caller loads them)."""
+        return
+
     def vectors_position(self) -> int:
         """The last stream sequence the ``vectors`` projection committed: every change of a
         vector commits a new one, so vectors read at this position are still current."""
