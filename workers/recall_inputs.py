@@ -52,16 +52,17 @@ class QueryAnalysis:
 
 
 class VectorCache:
-    """Each profile's vectors as a :class:`VectorIndex`, rebuilt when their count or newest
-    sequence changes. A recall checks the ``vectors`` projection's position first (one row):
-    while it has not moved, no vector has changed; when it has, the profile's count and newest
-    sequence (an indexed query) tell whether its own vectors did."""
+    """Each profile's vectors as a :class:`VectorIndex` (or the database's own search of them,
+    where it has one), rebuilt when their count or newest sequence changes. A recall checks
+    the ``vectors`` projection's position first (one row): while it has not moved, no vector
+    has changed; when it has, the profile's count and newest sequence (an indexed query) tell
+    whether its own vectors did."""
 
     def __init__(self, model_name: str) -> None:
         self.model_name = model_name
         # (namespace, profile, kind) -> (position checked at, (count, newest seq), index)
         self._indexes: OrderedDict[
-            tuple[str, str, str], tuple[int, tuple[int, int], VectorIndex | None]
+            tuple[str, str, str], tuple[int, tuple[int, int], VectorSearch | None]
         ] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -69,10 +70,8 @@ class VectorCache:
         self, queries: MemoryQueries, namespace: str, profile: str, kind: str
     ) -> VectorSearch | None:
         """The profile's vectors of ``kind`` to search: the database's own search where it
-        has one (pgvector), else the vectors loaded into memory (``None``: none stored)."""
-        server = queries.vector_search(namespace, profile, kind, self.model_name)
-        if server is not None:
-            return server
+        has one (pgvector), else the vectors loaded into memory; ``None`` while none are
+        stored (either way: a recall's vector channel then does not run)."""
         key = (namespace, profile, kind)
         position = queries.vectors_position()
         with self._lock:
@@ -81,10 +80,14 @@ class VectorCache:
                 self._indexes.move_to_end(key)
                 return cached[2]
         state = queries.vector_state(namespace, profile, kind)
+        index: VectorSearch | None
         if cached is not None and cached[1] == state:
             index = cached[2]
+        elif not state[0]:
+            index = None
         else:
-            index = self._load(queries, namespace, profile, kind) if state[0] else None
+            server = queries.vector_search(namespace, profile, kind, self.model_name)
+            index = server or self._load(queries, namespace, profile, kind)
         with self._lock:
             self._indexes[key] = (position, state, index)
             self._indexes.move_to_end(key)

@@ -66,7 +66,16 @@ class PgMemoryQueries:
             self._embeddings = has_embeddings(self.connection)
         if not self._embeddings:
             return None
-        return PgVectorSearch(self.connection, namespace, profile, kind, model)
+        row = self.connection.execute(  # none of this model (yet): nothing to search
+            "SELECT 1 FROM memory_vectors WHERE namespace = %s AND profile = %s AND kind = %s "
+            "AND model = %s LIMIT 1",
+            (namespace, profile, kind, model),
+        ).fetchone()
+        return (
+            None
+            if row is None
+            else PgVectorSearch(self.connection, namespace, profile, kind, model)
+        )
 
     def _pid(self, namespace: str, profile: str) -> int | None:
         row = self.connection.execute(
