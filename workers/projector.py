@@ -76,6 +76,9 @@ STOP_DRAIN_SECONDS = 5.0
 # How long a projector waits before trying again to replace a damaged read model it could not.
 RENEW_RETRY = 5.0
 PROJECTOR_CONSUMER_PREFIX = "projector-"
+# A durable consumer at most this many stream sequences behind the read model is bound again
+# as it is (see ProjectorWorker._bind).
+REUSE_BEHIND = 4096
 # Own events kept in the projector's open transaction are committed within this long, or once
 # they number this many (readers here read them through the open transaction meanwhile;
 # readers elsewhere wait for the commit).
@@ -257,7 +260,14 @@ class ProjectorWorker:
         try:
             info = await js.consumer_info(self.log.stream, self.durable)
             floor = info.ack_floor.stream_seq if info.ack_floor else 0
-            if floor != start - 1 or info.num_ack_pending:
+            behind = start - 1 - floor
+            # Kept when it only lags the read model a little (an ack lost when a process died
+            # after its commit; events of other subjects after its last one): what it delivers
+            # again is passed over by the positions, which costs less than making a consumer
+            # anew (an operation of the stream's leader, slow while a cluster has a node down).
+            # Made anew when it is ahead (the read model was dropped or replaced), far behind,
+            # or has deliveries in flight (they would come again only after the ack wait).
+            if info.num_ack_pending or behind < 0 or behind > REUSE_BEHIND:
                 await js.delete_consumer(self.log.stream, self.durable)
                 raise nats.js.errors.NotFoundError
         except nats.js.errors.NotFoundError:

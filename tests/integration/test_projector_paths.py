@@ -18,7 +18,7 @@ import pytest
 from support.processes import freeze, script_json
 
 from memstream.client import HOLD_SECONDS, Memstream, open_memstream
-from memstream.projections.ports import ReadModelStore
+from memstream.projections.ports import ProjectorStats, ReadModelStore
 from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.store import SqliteReadModelStore
@@ -685,3 +685,40 @@ async def test_reads_here_see_writes_kept_open_that_other_connections_do_not_see
     count, tracked = await committed_messages(settings, "s")
     assert tracked < projector.committed
     assert count < 2
+
+
+async def test_a_consumer_a_little_behind_its_read_model_is_bound_again_as_it_is(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # Given a projector that projected a log of 10 writes into a copy, and stopped
+    writer = await open_memstream(settings, workers=False)
+    try:
+        session = writer.session("s")
+        for i in range(10):
+            await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
+        first = writer.last_write_seq
+        store = SqliteReadModelStore(open_database(tmp_path / "copy.db"))
+        worker, reached = copy_projector(writer.log, store, first)
+        await run_until(worker, reached)
+        js, stream = writer.log.js, writer.log.stream
+        created = (await js.consumer_info(stream, worker.durable)).created
+        # When 3 more writes are committed to the copy but never acknowledged to the consumer
+        # (a process that died between its commit and its ack)
+        for i in range(10, 13):
+            await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
+        subject = writer.session_subject("s")
+        kept = [e async for e in writer.log.read_subject(subject, after_seq=first)]
+        assert store.apply(kept, ProjectorStats()) == writer.last_write_seq
+        # Then the next projector binds the same consumer (not made anew), passes over what
+        # it delivers again, and goes on from there
+        for i in range(13, 15):
+            await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
+        again, reached = copy_projector(writer.log, store, writer.last_write_seq)
+        await run_until(again, reached)
+        assert (await js.consumer_info(stream, again.durable)).created == created
+        assert again.stats.skipped == 3
+        assert again.stats.applied == 2
+        assert store.positions()["sessions"] == writer.last_write_seq
+        store.close()
+    finally:
+        await writer.close()
