@@ -105,12 +105,6 @@ LEFT JOIN session_keys AS k ON k.namespace = t.ns AND k.session_id = t.id
 ON CONFLICT (namespace, session_id) DO UPDATE SET
     last_seq = excluded.last_seq, version = excluded.version, sid = excluded.sid
 """
-_RECORD_POSITIONS = (
-    _UPSERT_POSITIONS.replace("%(ns)s", "%s")
-    .replace("%(ids)s", "%s")
-    .replace("%(seqs)s", "%s")
-    .replace("%(versions)s", "%s")
-)
 
 # One held insert (an agent loop's usual flush) with its parent's children count and its
 # session's message count (counted only if the row was inserted), and the positions owed, in
@@ -174,7 +168,7 @@ class PgSessionRows:
             positions = None
         elif self.held:
             self._write_held(connection)
-        statements: list[tuple[str, tuple[list[Any], ...]]] = []
+        statements: list[tuple[str, Any]] = []
         if self.children:
             mids, added = zip(*sorted(self.children.items()), strict=True)
             statements.append((_ADD_CHILDREN, (list(mids), list(added))))
@@ -185,7 +179,7 @@ class PgSessionRows:
             sids, added = zip(*counts, strict=True)
             statements.append((_ADD_MESSAGES, (list(sids), list(added))))
         if positions is not None:
-            statements.append((_RECORD_POSITIONS, positions))
+            statements.append((_UPSERT_POSITIONS, positions))
         if len(statements) == 1:
             connection.execute(*statements[0], prepare=False)
         elif statements:
@@ -193,18 +187,19 @@ class PgSessionRows:
                 for statement in statements:
                     connection.execute(*statement, prepare=False)
 
-    def _positions(self) -> tuple[list[Any], ...] | None:
-        """The positions owed, as the arrays of :data:`_RECORD_POSITIONS` (then none owed)."""
+    def _positions(self) -> dict[str, list[Any]] | None:
+        """The positions owed, as the parameters of :data:`_UPSERT_POSITIONS` (then none
+        owed)."""
         if not self.positions:
             return None
         keys = sorted(self.positions.items())
         self.positions.clear()
-        return (
-            [key[0] for key, _ in keys],
-            [key[1] for key, _ in keys],
-            [seq for _, (seq, _) in keys],
-            [version for _, (_, version) in keys],
-        )
+        return {
+            "ns": [key[0] for key, _ in keys],
+            "ids": [key[1] for key, _ in keys],
+            "seqs": [seq for _, (seq, _) in keys],
+            "versions": [version for _, (_, version) in keys],
+        }
 
     def sid(self, connection: Connection, namespace: str, session_id: str) -> int:
         key = (namespace, session_id)
@@ -301,14 +296,13 @@ class PgSessionRows:
                 _adopt_orphans(connection, h.row)
                 self.tips.pop(sid, None)  # its subtree moved: the session's last row may have
 
-    def _write_one(self, connection: Connection, positions: tuple[list[Any], ...] | None) -> None:
+    def _write_one(self, connection: Connection, positions: dict[str, list[Any]] | None) -> None:
         """Insert the one held row (not if its id is stored already, as row by row) and record
         ``positions``."""
         (held,) = self.held
         self.held = []
         self.held_ids.clear()
         write, row = held.write, held.row
-        ns, ids, seqs, versions = positions or ([], [], [], [])
         inserted = connection.execute(
             _INSERT_ONE,
             {
@@ -325,10 +319,7 @@ class PgSessionRows:
                 "depth": row.depth,
                 "path_bytes": row.path_bytes,
                 "text": searchable(write.text),
-                "ns": ns,
-                "ids": ids,
-                "seqs": seqs,
-                "versions": versions,
+                **(positions or {"ns": [], "ids": [], "seqs": [], "versions": []}),
             },
         ).fetchone()
         if inserted is None:

@@ -558,6 +558,7 @@ async def keeping(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> AsyncI
         await writer.close()
 
 
+@pytest.mark.both_backends
 async def test_a_reader_in_another_process_gets_writes_kept_open_here_at_once(
     settings: Settings, keeping: Memstream
 ) -> None:
@@ -582,6 +583,7 @@ async def test_a_reader_in_another_process_gets_writes_kept_open_here_at_once(
             settings.stream,
             str(settings.data_dir),
             "here",
+            settings.database_url or "",
         )
     )
     i = 21

@@ -123,6 +123,9 @@ def main(argv: list[str]) -> None:
     elif mode == "trickle":
         result = asyncio.run(trickle(settings, session_id, int(argv[5])))
     elif mode == "read":
+        # (an optional 6th argument: the read models' PostgreSQL URL)
+        if len(argv) > 5 and argv[5]:
+            settings = settings.with_(database_url=argv[5])
         result = asyncio.run(read(settings, session_id))
     else:
         result = asyncio.run(first(settings, session_id))
