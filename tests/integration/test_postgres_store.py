@@ -248,3 +248,20 @@ def test_a_transaction_on_a_lost_connection_is_unavailable_and_the_next_one_work
         pass
     assert transaction.commit(ProjectorStats()) == 2
     assert ids(PgSessionQueries(reads).history(NS, "s")) == ["m1", "m2"]
+
+
+def test_a_batch_on_a_replaced_copy_writes_nothing(
+    postgres_url: str, store: PostgresReadModelStore
+) -> None:
+    # Given a store whose database now holds another copy (a new copy id, as when another
+    # process replaced it)
+    assert store.apply(_conversation(RecordedLog()), ProjectorStats()) == 3
+    with psycopg.connect(postgres_url, autocommit=True) as other:
+        other.execute("UPDATE memstream.meta SET value = 'another-copy' WHERE key = 'copy_id'")
+    # When it begins a batch, Then the batch's lock statement refuses it (whatever the
+    # throttled probe last said) and nothing is written
+    with pytest.raises(ReadModelRewound, match="replaced"):
+        store.apply(_conversation(RecordedLog(), "t"), ProjectorStats())
+    assert store.positions()["sessions"] == 3
+    # And the store says so when asked (the projector then opens the new copy)
+    assert store.replaced()
