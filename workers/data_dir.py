@@ -43,10 +43,13 @@ def prepare_data_dir(data_dir: Path) -> Path:
         data_dir.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         _tighten(data_dir, DIR_MODE)
         for entry in data_dir.iterdir():
-            if entry.name == "nats" and entry.is_dir() and not entry.is_symlink():
-                _tighten(entry, DIR_MODE)
-            elif entry.is_file() and not entry.is_symlink():
-                _tighten(entry, FILE_MODE)
+            # Another process starting on the same dir may rename its temporary files away
+            # meanwhile: an entry gone since the listing is no longer ours to tighten.
+            with contextlib.suppress(FileNotFoundError):
+                if entry.name == "nats" and entry.is_dir() and not entry.is_symlink():
+                    _tighten(entry, DIR_MODE)
+                elif entry.is_file() and not entry.is_symlink():
+                    _tighten(entry, FILE_MODE)
         if not os.access(data_dir, os.W_OK | os.X_OK):
             raise PermissionError(13, "Permission denied", str(data_dir))
     except OSError as error:
