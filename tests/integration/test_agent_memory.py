@@ -304,7 +304,8 @@ async def test_a_process_that_only_reads_a_profile_never_replays_it(
 ) -> None:
     # Given a profile with ingested messages, written by one client
     written = await ms.agent_memory("default").get_profile("reader")
-    await written.ingest(conversation("I live in Lisbon."), session_id="s1", wait=False)
+    # (waiting until recallable: the extractor here has written its events to the profile)
+    await written.ingest(conversation("I live in Lisbon."), session_id="s1", wait=True)
     await ms.wait_for("memory")
     # When another client (as a new process would) gets the profile and lists it
     other = await open_memstream(settings, workers=False)
