@@ -6,10 +6,11 @@ import contextlib
 import gc
 import json
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from datetime import date, time
 from typing import Any, cast
 
+from memstream.domain.chat_formats import from_chat
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import MESSAGE_MAX_BYTES, check_message_id
 
@@ -17,12 +18,16 @@ Message = dict[str, Any]
 COMPACTION_PREFIX = "compaction_"
 
 
-def normalize_message(message: object) -> Message:
+def normalize_message(
+    message: object, tool_names: MutableMapping[str, str] | None = None
+) -> Message:
     """Validate a message dict and return the dict to store.
 
-    Accepts the reference shape ``{"id", "role", "parts": [...]}`` (extra keys kept verbatim) and
-    the chat-style convenience ``{"role", "content": str}``, stored as one text part. A message
-    without an ``id`` gets a fresh one.
+    Accepts the reference shape ``{"id", "role", "parts": [...]}`` (extra keys kept verbatim),
+    the chat-style convenience ``{"role", "content": str}``, stored as one text part, and an
+    OpenAI Chat Completions or Anthropic Messages message, stored losslessly as parts (see
+    :mod:`~memstream.domain.chat_formats`; ``tool_names`` carries a batch's call names to its
+    results). A message without an ``id`` gets a fresh one.
 
     Raises:
         InvalidInputError: the message is not a dict, has a bad id/role/parts, is not JSON, or its
@@ -32,6 +37,10 @@ def normalize_message(message: object) -> Message:
     if type(message) is not dict and not isinstance(message, Mapping):
         raise InvalidInputError(f"message must be a dict, not {type(message).__name__}")
     stored: Message = dict(message)
+    if "parts" not in stored:
+        converted = from_chat(stored, tool_names)
+        if converted is not None:
+            stored = converted
     if "parts" not in stored and isinstance(stored.get("content"), str):
         stored["parts"] = [{"type": "text", "text": stored.pop("content")}]
     if "id" not in stored:

@@ -233,9 +233,10 @@ class SessionAggregate(Aggregate):
             )
         parent = self._resolve_parent(parent_id)
         encoded: list[tuple[str, str]] = []
+        tool_names: dict[str, str] = {}  # a chat-format batch's calls, named in its results
         for index, message in enumerate(messages):
             try:
-                stored = normalize_message(message)
+                stored = normalize_message(message, tool_names)
                 encoded.append((stored["id"], encode_message(stored)))
             except InvalidInputError as error:
                 raise InvalidInputError(f"messages[{index}] of {len(messages)}: {error}") from None

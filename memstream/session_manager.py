@@ -276,7 +276,8 @@ class SessionManager:
         returns the last message's id (``parent_id`` for an empty list)."""
         if not messages:
             return None if parent_id is OMITTED or parent_id is None else str(parent_id)
-        stored = [normalize_message(m) for m in messages]
+        tool_names: dict[str, str] = {}  # a chat-format batch's calls, named in its results
+        stored = [normalize_message(m, tool_names) for m in messages]
         await self.get_session(session_id).append_messages(stored, parent_id)
         return str(stored[-1]["id"])
 
