@@ -161,11 +161,12 @@ def from_openai(
         )
         shape["content"] = "output"
     else:
-        for key in ("tool_call_id",):
-            if key in message:
-                raise where.error(key, f"is only for role 'tool', not {role!r}")
+        # (the openai package's model_dump() gives absent fields as None: kept as they came)
+        if message.get("tool_call_id") is not None:
+            raise where.error("tool_call_id", f"is only for role 'tool', not {role!r}")
+        handled = {key for key in handled if message.get(key) is not None} | {"role", "content"}
         reasoning = message.get("reasoning_content")
-        if "reasoning_content" in message:
+        if reasoning is not None:
             if not isinstance(reasoning, str):
                 raise where.error("reasoning_content", f"must be a string, not {_kind(reasoning)}")
             parts.append({"type": "reasoning", "text": reasoning})
@@ -176,7 +177,7 @@ def from_openai(
             parts.extend(
                 _openai_part(part, f"content[{index}]", where) for index, part in enumerate(content)
             )
-        if "tool_calls" in message:
+        if message.get("tool_calls") is not None:
             calls = message["tool_calls"]
             if not isinstance(calls, list):
                 raise where.error("tool_calls", f"must be a list, not {_kind(calls)}")

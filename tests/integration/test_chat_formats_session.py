@@ -32,7 +32,7 @@ async def test_an_openai_loop_appended_one_by_one_and_as_a_batch_reads_back_exac
     ]
     assert batch_results == ["get_weather", "get_time", "log"]
     # text is searchable, tool arguments are not (spec §1.2)
-    hits = await batch.search("Lisbon")
+    hits = await batch.search("Lisbon")  # (not "Europe/Lisbon" in a call's arguments)
     assert [h["content"] for h in hits] == ["It's 21 °C and clear in Lisbon at 14:05."]
 
 

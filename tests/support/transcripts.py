@@ -52,6 +52,15 @@ OPENAI_LOOP: list[dict[str, Any]] = [
         "refusal": None,
         "annotations": [],
     },
+    {  # as ChatCompletionMessage.model_dump() gives a reply without tools
+        "role": "assistant",
+        "content": "Anything else?",
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+        "tool_calls": None,
+    },
     {"role": "user", "content": "Thanks!"},
     {
         "role": "assistant",
