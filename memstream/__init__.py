@@ -33,6 +33,7 @@ from memstream.summarizers import (
     OpenAICompatibleSummarizer,
     summarizer_from_settings,
 )
+from memstream.sync import SyncMemstream, connect_sync
 
 __all__ = [
     "COMPACTION_PREFIX",
@@ -63,10 +64,12 @@ __all__ = [
     "SessionManager",
     "Settings",
     "StaticContext",
+    "SyncMemstream",
     "Tool",
     "ToolSet",
     "UnavailableError",
     "connect",
+    "connect_sync",
     "create_compact_function",
     "estimate_message_tokens",
     "estimate_string_tokens",
