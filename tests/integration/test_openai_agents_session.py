@@ -1,0 +1,141 @@
+"""The OpenAI Agents SDK session on memstream (issue 15, item 2): the SDK's own protocol check,
+and every item type it stores round-tripped — compared with the SDK's own ``SQLiteSession``
+doing the same operations."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+agents = pytest.importorskip("agents", reason="the openai-agents extra (memstream[agents])")
+
+from agents import SQLiteSession  # noqa: E402
+from agents.memory import Session as AgentsSession  # noqa: E402
+from agents.memory import SessionSettings  # noqa: E402
+from openai.types.responses import (  # noqa: E402
+    EasyInputMessageParam,
+    ResponseFunctionToolCallParam,
+    ResponseOutputMessageParam,
+    ResponseReasoningItemParam,
+)
+from openai.types.responses.response_input_item_param import FunctionCallOutput  # noqa: E402
+
+from memstream.client import Memstream  # noqa: E402
+from memstream.domain.errors import InvalidInputError  # noqa: E402
+from memstream.integrations.openai_agents import MemstreamSession  # noqa: E402
+
+pytestmark = pytest.mark.both_backends
+
+
+def _items() -> list[Any]:
+    """One turn of an agent run as the SDK stores it: the user's input, reasoning, two tool
+    calls and their outputs, a hosted tool call, and the final output message."""
+    user = EasyInputMessageParam(role="user", content="What's the weather in Lisbon and Porto?")
+    reasoning = ResponseReasoningItemParam(
+        id="rs_1",
+        type="reasoning",
+        summary=[{"type": "summary_text", "text": "Two cities: call the tool twice."}],
+        encrypted_content="gAAAA...",
+    )
+    call_a = ResponseFunctionToolCallParam(
+        type="function_call",
+        call_id="call_1",
+        name="weather",
+        arguments='{"city":"Lisbon"}',
+        id="fc_1",
+        status="completed",
+    )
+    call_b = ResponseFunctionToolCallParam(
+        type="function_call", call_id="call_2", name="weather", arguments='{"city": "Porto"}'
+    )
+    out_a = FunctionCallOutput(type="function_call_output", call_id="call_1", output="21 °C, clear")
+    out_b = FunctionCallOutput(
+        type="function_call_output",
+        call_id="call_2",
+        output=[{"type": "input_text", "text": "18 °C, fog"}],
+    )
+    search = {
+        "type": "web_search_call",
+        "id": "ws_1",
+        "status": "completed",
+        "action": {"type": "search", "query": "Porto fog"},
+    }
+    answer = ResponseOutputMessageParam(
+        id="msg_1",
+        type="message",
+        role="assistant",
+        status="completed",
+        content=[
+            {"type": "output_text", "text": "Lisbon 21 °C; Porto 18 °C in fog.", "annotations": []}
+        ],
+    )
+    image = {
+        "type": "message",
+        "role": "user",
+        "content": [
+            {"type": "input_text", "text": "And this place?"},
+            {"type": "input_image", "image_url": "https://example.com/x.png", "detail": "auto"},
+            {"type": "input_file", "file_id": "file-1"},
+        ],
+    }
+    return [user, reasoning, call_a, call_b, out_a, out_b, search, answer, image]
+
+
+async def test_it_is_an_agents_sdk_session(ms: Memstream) -> None:
+    session = MemstreamSession("agents-protocol", ms)
+    assert isinstance(session, AgentsSession)  # the SDK's own runtime protocol check
+    assert session.session_id == "agents-protocol"
+
+
+async def test_every_item_type_round_trips_like_the_sdks_own_session(ms: Memstream) -> None:
+    ours = MemstreamSession("agents-items", ms)
+    theirs = SQLiteSession("agents-items")
+    items = _items()
+    for session in (ours, theirs):
+        await session.add_items(copy.deepcopy(items[:4]))
+        await session.add_items(copy.deepcopy(items[4:]))
+    assert await ours.get_items() == await theirs.get_items() == items
+    for limit in (0, 1, 3, 100):
+        assert await ours.get_items(limit) == await theirs.get_items(limit)
+    # the latest item comes off, and the one before it next
+    assert await ours.pop_item() == await theirs.pop_item() == items[-1]
+    assert await ours.pop_item() == await theirs.pop_item() == items[-2]
+    await ours.add_items([copy.deepcopy(items[-1])])
+    await theirs.add_items([copy.deepcopy(items[-1])])
+    assert await ours.get_items() == await theirs.get_items()
+    await ours.clear_session()
+    await theirs.clear_session()
+    assert await ours.get_items() == await theirs.get_items() == []
+    assert await ours.pop_item() is None
+
+
+async def test_items_are_session_messages_others_can_search_and_pair(ms: Memstream) -> None:
+    ours = MemstreamSession("agents-search", ms)
+    await ours.add_items(copy.deepcopy(_items()))
+    session = ms.session("agents-search")
+    assert [h["content"] for h in await session.search("fog")] == [
+        "Lisbon 21 °C; Porto 18 °C in fog."
+    ]
+    outputs = [m for m in await session.get_history() if m["role"] == "tool"]
+    assert [m["parts"][0]["toolName"] for m in outputs] == ["weather", "weather"]
+    # messages appended by other means read as the SDK would take them
+    await session.append_message({"role": "user", "content": "Thanks"})
+    assert (await ours.get_items(1)) == [{"role": "user", "content": "Thanks"}]
+
+
+async def test_session_settings_limit_and_bad_items(ms: Memstream) -> None:
+    ours = MemstreamSession("agents-limit", ms, session_settings=SessionSettings(limit=2))
+    await ours.add_items(copy.deepcopy(_items()))
+    assert await ours.get_items() == _items()[-2:]
+    before = await ours.get_items(100)
+    bad = [
+        {"role": "user", "content": "ok"},
+        {"type": "function_call", "call_id": "c", "name": "f"},
+    ]
+    with pytest.raises(InvalidInputError, match="function_call item: arguments must be a string"):
+        await ours.add_items(bad)
+    assert await ours.get_items(100) == before  # nothing of the batch was written
+    with pytest.raises(InvalidInputError, match="limit must be an integer"):
+        await ours.get_items("3")  # type: ignore[arg-type]
