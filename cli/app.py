@@ -13,6 +13,7 @@ from memstream.cli import (
     blocks,
     events,
     manager,
+    mcp,
     memory,
     platform,
     projections,
@@ -110,6 +111,7 @@ app.command("up")(platform.up)
 app.command("worker")(platform.worker)
 app.command("status")(status.status)
 app.command("append")(sessions.append)
+app.command("mcp")(mcp.mcp)
 for name, command in (
     ("create", manager.create),
     ("rename", manager.rename),
