@@ -21,6 +21,7 @@ from memstream.cli import (
     status,
 )
 from memstream.cli.context import GlobalOptions
+from memstream.cli.logs import check_log_format
 from memstream.domain.redaction import redact
 
 
@@ -40,6 +41,19 @@ class _Root(TyperGroup):
             message = redact(" ".join(str(error).split())) or type(error).__name__
             typer.echo(f"error: {message}", err=True)
             raise typer.Exit(1) from None
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as installed
+
+        try:
+            number = installed("memstream")
+        except PackageNotFoundError:  # a source tree run without installing
+            number = "unknown"
+        typer.echo(f"memstream {number}")
+        raise typer.Exit()
 
 
 app = typer.Typer(
@@ -97,13 +111,34 @@ def root(
             "MEMSTREAM_ACTOR; default: user@host).",
         ),
     ] = None,
+    log_format: Annotated[
+        str,
+        typer.Option(
+            "--log-format",
+            envvar="MEMSTREAM_LOG_FORMAT",
+            help="Logs of up, worker and mcp: text lines, or json (one object per line).",
+        ),
+    ] = "text",
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_show_version, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     """memstream: an event-sourced memory platform on NATS JetStream.
 
     Example: memstream --data-dir /tmp/ms up --demo
     """
     ctx.obj = GlobalOptions(
-        data_dir, nats_url, stream, namespace, actor, stream_replicas, database_url
+        data_dir,
+        nats_url,
+        stream,
+        namespace,
+        actor,
+        stream_replicas,
+        database_url,
+        check_log_format(log_format),
     )
 
 

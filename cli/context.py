@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import signal
-import sys
-from collections.abc import AsyncIterator, Awaitable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,6 +13,7 @@ from typing import Any, TypeVar
 import typer
 
 from memstream import Memstream, Settings
+from memstream.cli import logs
 from memstream.client import open_memstream
 
 T = TypeVar("T")
@@ -31,6 +30,7 @@ class GlobalOptions:
     actor: str | None = None
     stream_replicas: int | None = None
     database_url: str | None = None
+    log_format: str = "text"
 
 
 def settings_of(ctx: typer.Context) -> Settings:
@@ -96,10 +96,23 @@ async def until_signal(work: Awaitable[None] | None = None) -> None:
             loop.remove_signal_handler(sig)
 
 
-def configure_logging() -> None:
-    """Log INFO and up to stderr (for the long-running ``up`` and ``worker``)."""
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def configure_logging(ctx: typer.Context) -> None:
+    """Log INFO and up to stderr, as ``--log-format`` says (text lines or JSON)."""
+    options = ctx.find_object(GlobalOptions) or GlobalOptions()
+    logs.configure_logging(options.log_format)
+
+
+def serve_metrics(
+    port: int | None, host: str, workers: Callable[[], Iterable[Any]]
+) -> asyncio.Task[None] | None:
+    """With a ``--metrics-port``: serve Prometheus metrics of this process and of
+    ``workers()`` (asked at each scrape), and follow the log's end for their lag (the task to
+    cancel at exit)."""
+    if port is None:
+        return None
+    from memstream.workers.telemetry import telemetry
+
+    metrics = telemetry()
+    metrics.workers.watch(workers)
+    metrics.serve(port, host)
+    return asyncio.ensure_future(metrics.workers.follow_ends())

@@ -6,7 +6,13 @@ from typing import Annotated
 
 import typer
 
-from memstream.cli.context import connected, run, settings_of, until_signal
+from memstream.cli.context import (
+    configure_logging,
+    connected,
+    run,
+    settings_of,
+    until_signal,
+)
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import check_session_id
 
@@ -65,6 +71,7 @@ def mcp(
     check_session_id(session)
     blocks = [BlockOption.parse(text) for text in (context or [DEFAULT_BLOCK])]
     settings = settings_of(ctx)
+    configure_logging(ctx)  # (stderr: stdout is the protocol's)
 
     async def main() -> None:
         async with connected(settings) as ms:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, Any
@@ -21,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from memstream.cli.demo import DemoResult
+from memstream.cli.logs import JsonFormatter
 from memstream.domain.redaction import redact
 from memstream.projections.ports import Difference
 from memstream.workers.audit import AuditEvent
@@ -50,7 +52,13 @@ def emit_jsonl(data: Any, file: IO[str] | None = None) -> None:
 
 def note(text: str) -> None:
     """A line for the person at the terminal, on stderr (keeps stdout clean for pipes); a URL's
-    password or token in it is masked."""
+    password or token in it is masked. Under ``--log-format json`` it is a log record (INFO,
+    logger ``memstream.cli``), so that every line of stderr is JSON."""
+    if logging.getLogger().handlers and isinstance(
+        logging.getLogger().handlers[0].formatter, JsonFormatter
+    ):
+        logging.getLogger("memstream.cli").info("%s", text)
+        return
     typer.echo(redact(text), err=True)
 
 

@@ -11,6 +11,7 @@ from memstream.cli.context import (
     configure_logging,
     connected,
     run,
+    serve_metrics,
     settings_of,
     until_signal,
 )
@@ -27,6 +28,15 @@ from memstream.workers.projector import DEFAULT_LINGER, claim_copy
 from memstream.workers.service import WorkerConfig, worker_projections
 
 MAX_LINGER = 10.0  # seconds; more would only make status show a lag longer
+METRICS_PORT = typer.Option(
+    "--metrics-port",
+    min=0,
+    max=65535,
+    help="Serve Prometheus metrics on this port (/metrics): events applied, lag, batch "
+    "latency, dead letters, command latency, conflicts.",
+    show_default=False,
+)
+METRICS_HOST = typer.Option("--metrics-host", help="The address --metrics-port listens on.")
 
 
 def up(
@@ -35,6 +45,8 @@ def up(
         bool,
         typer.Option("--demo", help="Write a short demo conversation, show it, and exit."),
     ] = False,
+    metrics_port: Annotated[int | None, METRICS_PORT] = None,
+    metrics_host: Annotated[str, METRICS_HOST] = "127.0.0.1",
 ) -> None:
     """Run the platform in the foreground until Ctrl-C or SIGTERM.
 
@@ -46,11 +58,11 @@ def up(
     """
     settings = settings_of(ctx)
     if not demo:
-        configure_logging()
-    run(_up(settings, demo=demo))
+        configure_logging(ctx)
+    run(_up(settings, demo=demo, metrics=(metrics_port, metrics_host)))
 
 
-async def _up(settings: Settings, *, demo: bool) -> None:
+async def _up(settings: Settings, *, demo: bool, metrics: tuple[int | None, str]) -> None:
     # With a remote NATS this process is the projector; embedded, the owner of the data dir is.
     workers = True if settings.nats_url is not None else None
     async with connected(settings, workers=workers) as ms:
@@ -71,8 +83,13 @@ async def _up(settings: Settings, *, demo: bool) -> None:
         if demo:
             show_demo(await run_demo(ms))
             return
+        following = serve_metrics(*metrics, lambda: (ms.projector, ms.indexer, ms.extractor))
         note("memstream is up; press Ctrl-C to stop")
-        await until_signal()
+        try:
+            await until_signal()
+        finally:
+            if following is not None:
+                following.cancel()
         note("memstream is stopping")
 
 
@@ -105,6 +122,8 @@ def worker(
             show_default=False,
         ),
     ] = None,
+    metrics_port: Annotated[int | None, METRICS_PORT] = None,
+    metrics_host: Annotated[str, METRICS_HOST] = "127.0.0.1",
 ) -> None:
     """Run a worker in its own process (a FastStream app) until SIGTERM or Ctrl-C.
 
@@ -143,7 +162,7 @@ def worker(
         # One read-model copy has one projector: refuse now, in one line, if one runs.
         if name != "extractor":  # the extractor writes to the log only
             lock = claim_copy(open_read_models(settings), selected)
-        configure_logging()
+        configure_logging(ctx)
         config = WorkerConfig(
             nats_url=url,
             stream=settings.stream,
@@ -170,7 +189,12 @@ def worker(
         )
         note(f"worker {name}: NATS {url}, stream {settings.stream}, database {config.database}")
         app = create_app(
-            config, name, security=security, lock=lock, extractor=extractor_from_settings(settings)
+            config,
+            name,
+            security=security,
+            lock=lock,
+            extractor=extractor_from_settings(settings),
+            metrics=(metrics_port, metrics_host),
         )
         run(app.run())
     finally:

@@ -59,6 +59,7 @@ from memstream.workers.event_log import (
 )
 from memstream.workers.extractor import ExtractorWorker
 from memstream.workers.indexer import LazyEncoder
+from memstream.workers.metrics_hooks import hooks
 from memstream.workers.position import Demand, PositionWatch
 from memstream.workers.projector import DEFAULT_LINGER, HeldOwn, ProjectorWorker
 from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
@@ -226,7 +227,7 @@ class Memstream:
                 speculate=self._speculate,
             )
         subject = subject_for(self.log.subject_prefix, namespace, "profile", profile)
-        result = await self._execute(store, subject, profile, decide, meta)
+        result = await self._execute(store, subject, profile, decide, meta, "profile")
         self.last_profile_seq = max(self.last_profile_seq, result.seq)
         return result
 
@@ -446,7 +447,7 @@ class Memstream:
         """Run a session command; its result's ``seq`` is what to wait for when reading."""
         check_session_id(session_id)
         return await self._execute(
-            self.sessions, self.session_subject(session_id), session_id, decide, meta
+            self.sessions, self.session_subject(session_id), session_id, decide, meta, "session"
         )
 
     async def command(
@@ -459,7 +460,7 @@ class Memstream:
     ) -> CommandResult[R]:
         """Run a command on the aggregate ``kind``/``key``."""
         subject = subject_for(self.log.subject_prefix, self.namespace, kind, key)
-        return await self._execute(store, subject, key, decide, meta)
+        return await self._execute(store, subject, key, decide, meta, kind)
 
     async def _execute(
         self,
@@ -468,11 +469,29 @@ class Memstream:
         key: str,
         decide: Decide[A, R],
         meta: CommandMeta | None,
+        kind: str,
     ) -> CommandResult[R]:
         """Decide on the read model's snapshot; if the read model turns out damaged, report it
         (the projector here replaces it) and decide on the aggregate replayed from the log
         instead: a write does not depend on a disposable read model. The same command id both
         times, so the log keeps one copy even if the first attempt was published."""
+        observer = hooks.observer  # metrics, when this process serves them
+        if observer is None:
+            return await self._decide_and_append(store, subject, key, decide, meta)
+        started = time.perf_counter()
+        try:
+            return await self._decide_and_append(store, subject, key, decide, meta)
+        finally:
+            observer.command(kind, time.perf_counter() - started)
+
+    async def _decide_and_append(
+        self,
+        store: AggregateStore[A],
+        subject: str,
+        key: str,
+        decide: Decide[A, R],
+        meta: CommandMeta | None,
+    ) -> CommandResult[R]:
         meta = meta or CommandMeta(actor=self.actor)
         if self._read_model_away and time.monotonic() < self._read_model_back_at:
             result = await store.without_snapshots().execute(subject, key, decide, meta)

@@ -111,6 +111,10 @@ class LogRecord(Protocol):
         """Its event type name, for a dead letter (never raises)."""
 
 
+# Upper bounds (seconds) of the batch-time histogram of ProjectorStats.
+BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
 @dataclass
 class ProjectorStats:
     """Counters for status output and tests: events applied (by at least one projection) and
@@ -123,6 +127,20 @@ class ProjectorStats:
     dead_lettered: int = 0
     transient_failures: int = 0
     attempts: dict[int, int] = field(default_factory=dict)
+    # Batches a worker fetched and committed, timed: a count per bucket of BATCH_BUCKETS
+    # (seconds, upper bounds; slower ones only in the total), their total time.
+    timed_batches: int = 0
+    batch_seconds: float = 0.0
+    batch_buckets: list[int] = field(default_factory=lambda: [0] * len(BATCH_BUCKETS))
+
+    def timed(self, seconds: float) -> None:
+        """Count one batch that took ``seconds``."""
+        self.timed_batches += 1
+        self.batch_seconds += seconds
+        for index, bound in enumerate(BATCH_BUCKETS):
+            if seconds <= bound:
+                self.batch_buckets[index] += 1
+                return
 
 
 class StoreTransaction(Protocol):

@@ -41,6 +41,7 @@ from memstream.workers.event_log import (
     OutgoingMessage,
     PublishResult,
 )
+from memstream.workers.metrics_hooks import hooks
 
 logger = logging.getLogger(__name__)
 A = TypeVar("A", bound=Aggregate)
@@ -231,6 +232,8 @@ class AggregateStore(Generic[A]):
                     else:
                         result = await self.log.publish(subject, outgoing, cached.seq, overlapped)
                 except ExpectedSequenceMismatch:
+                    if hooks.observer is not None:
+                        hooks.observer.conflict()
                     if speculation is not None:
                         speculation.finish(None)
                     if early and early[0]:

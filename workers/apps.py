@@ -12,6 +12,7 @@ applies whatever one fetch returned, does not have.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -162,6 +163,7 @@ def create_app(
     security: BaseSecurity | None = None,
     lock: CopyLock | None = None,
     extractor: Callable[[], Any] = offline_extractor,
+    metrics: tuple[int | None, str] = (None, "127.0.0.1"),
 ) -> FastStream:
     """A FastStream app that runs worker ``name`` against ``config`` until it is stopped.
 
@@ -190,4 +192,24 @@ def create_app(
     else:
         config = replace(config, projections=worker_projections(name, config.projections))
         service = ProjectorService(broker, config, lock)
-    return FastStream(broker, after_startup=[service.start], on_shutdown=[service.stop])
+    after_startup: list[Callable[[], Any]] = [service.start]
+    on_shutdown: list[Callable[[], Any]] = [service.stop]
+    port, host = metrics
+    if port is not None:
+        following: list[asyncio.Task[None]] = []
+
+        async def serve_metrics() -> None:
+            from memstream.workers.telemetry import telemetry
+
+            served = telemetry()
+            served.workers.watch(lambda: (service.worker,))
+            served.serve(port, host)
+            following.append(asyncio.ensure_future(served.workers.follow_ends()))
+
+        async def stop_following() -> None:
+            for task in following:
+                task.cancel()
+
+        after_startup.append(serve_metrics)
+        on_shutdown.insert(0, stop_following)
+    return FastStream(broker, after_startup=after_startup, on_shutdown=on_shutdown)

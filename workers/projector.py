@@ -677,7 +677,9 @@ class ProjectorWorker:
                 ]
                 self.stats.skipped += len(msgs) - len(entries)
                 if entries:
+                    started = time.perf_counter()
                     seq = await self._apply_with_retry(entries)
+                    self.stats.timed(time.perf_counter() - started)
                     self._committed = self._durable = seq
                     if self.on_commit:
                         self.on_commit(seq)
