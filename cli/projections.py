@@ -15,6 +15,7 @@ from memstream.cli.output import (
     show_verify,
     verify_json,
 )
+from memstream.projections.ports import PROJECTIONS
 from memstream.projections.read_models import open_read_models, read_models_at
 from memstream.workers.rebuild import VerifyResult, rebuild, repair, verify
 from memstream.workers.status import (
@@ -68,6 +69,7 @@ def rebuild_projections(
             show_default=False,
         ),
     ] = None,
+    as_json: JsonFlag = False,
 ) -> None:
     """Drop projections and replay the whole log into them.
 
@@ -93,6 +95,16 @@ def rebuild_projections(
                 return await rebuild(ms.log, copy, names, progress=progress, encoder=ms.encoder)
 
     reached = run(main())
+    if as_json:
+        emit_json(
+            {
+                "projections": list(names) if names else list(PROJECTIONS),
+                "into": copy.location,
+                "sequence": reached,
+                "moved_aside": None if moved is None else str(moved),
+            }
+        )
+        return
     where = "" if into is None else f" into {copy.location}"
     typer.echo(
         f"rebuilt {', '.join(names) if names else 'all projections'}{where} "

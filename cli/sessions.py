@@ -27,11 +27,25 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a 
 SessionArg = Annotated[str, typer.Argument(help="Session id.", show_default=False)]
 
 
-@app.command("list")
-def list_sessions(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """List the namespace's sessions that have had messages, with counts and times.
+LimitOpt = Annotated[
+    int | None,
+    typer.Option("--limit", min=0, help="Show at most this many.", show_default=False),
+]
+OffsetOpt = Annotated[int, typer.Option("--offset", min=0, help="Skip this many first.")]
 
-    Example: memstream sessions list --json
+
+def _page(items: list[Any], limit: int | None, offset: int) -> list[Any]:
+    return items[offset:] if limit is None else items[offset : offset + limit]
+
+
+@app.command("list")
+def list_sessions(
+    ctx: typer.Context, limit: LimitOpt = None, offset: OffsetOpt = 0, as_json: JsonFlag = False
+) -> None:
+    """List the namespace's sessions that have had messages, with counts and times (a page
+    of --limit after --offset, in the listing's order).
+
+    Example: memstream sessions list --limit 20 --offset 40 --json
     """
     settings = settings_of(ctx)
 
@@ -40,7 +54,7 @@ def list_sessions(ctx: typer.Context, as_json: JsonFlag = False) -> None:
             await ms.sync("sessions")
             return ms.session_queries.sessions(ms.namespace)
 
-    sessions = run(main())
+    sessions = _page(run(main()), limit, offset)
     if as_json:
         emit_json(sessions)
     else:
@@ -83,13 +97,24 @@ def history(
     leaf: Annotated[
         str | None, typer.Option("--leaf", help="Message id to end at (default: latest leaf).")
     ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit", min=0, help="Show the last N messages of the path.", show_default=False
+        ),
+    ] = None,
+    offset: Annotated[
+        int,
+        typer.Option("--offset", min=0, help="Skip this many of the newest first (paging back)."),
+    ] = 0,
     as_json: JsonFlag = False,
 ) -> None:
     """Show a session's messages from the root to a leaf.
 
-    The latest leaf unless --leaf is given; compaction overlays are applied.
+    The latest leaf unless --leaf is given; compaction overlays are applied. --limit N shows
+    the last N (as get_history(limit=N)); --offset M moves that window M messages back.
 
-    Example: memstream sessions history chat-1 --leaf m7
+    Example: memstream sessions history chat-1 --limit 20 --offset 20
     """
     settings = settings_of(ctx)
 
@@ -99,6 +124,8 @@ def history(
             return await ms.session(session).get_history(leaf)
 
     messages = run(main())
+    end = len(messages) - offset
+    messages = messages[max(0, end - limit if limit is not None else 0) : max(0, end)]
     if as_json:
         emit_json(messages)
     else:

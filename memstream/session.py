@@ -327,13 +327,25 @@ class Session:
         await self._ms.wait_to_read_sessions()  # the queries read through ms.read_models
         return self._ms.session_queries
 
-    async def get_history(self, leaf_id: str | None = None) -> list[Message]:
-        """Path root→leaf (latest leaf when ``leaf_id`` is falsy) with overlays applied."""
+    async def get_history(
+        self, leaf_id: str | None = None, *, limit: int | None = None
+    ) -> list[Message]:
+        """Path root→leaf (latest leaf when ``leaf_id`` is falsy) with overlays applied; with
+        ``limit``, its last ``limit`` messages (an overlay counts as one).
+
+        Raises:
+            InvalidInputError: ``limit`` is not an integer ≥ 0.
+        """
         leaf = _optional_id("leaf_id", leaf_id)
+        if limit is not None:
+            check_int("limit", limit, minimum=0, maximum=2**63 - 1)
         if leaf is not None and not storable(leaf):
             return []
         queries = await self._queries()
-        return list(queries.history(self._ms.namespace, self._session_id, leaf))
+        history = list(queries.history(self._ms.namespace, self._session_id, leaf))
+        if limit is None:
+            return history
+        return history[len(history) - limit :] if limit else []
 
     async def get_recent_history(
         self, max_content_bytes: int, min_recent_messages: int = 1
