@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -64,6 +65,7 @@ from memstream.workers.position import Demand, PositionWatch
 from memstream.workers.projector import DEFAULT_LINGER, HeldOwn, ProjectorWorker
 from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
 from memstream.workers.subjects import demand_subject, subject_for
+from memstream.workers.tracing import command_span, tracing
 
 logger = logging.getLogger(__name__)
 # At most this many of a client's own events are kept for the projector of its process to apply
@@ -476,13 +478,22 @@ class Memstream:
         instead: a write does not depend on a disposable read model. The same command id both
         times, so the log keeps one copy even if the first attempt was published."""
         observer = hooks.observer  # metrics, when this process serves them
-        if observer is None:
+        if observer is None and not tracing():  # (asked each time: cheap)
             return await self._decide_and_append(store, subject, key, decide, meta)
         started = time.perf_counter()
         try:
-            return await self._decide_and_append(store, subject, key, decide, meta)
+            with command_span(kind, subject) as (span, traceparent):
+                if traceparent:
+                    meta = dataclasses.replace(
+                        meta or CommandMeta(actor=self.actor), traceparent=traceparent
+                    )
+                result = await self._decide_and_append(store, subject, key, decide, meta)
+                if span is not None:
+                    span.set_attribute("memstream.seq", result.seq)
+                return result
         finally:
-            observer.command(kind, time.perf_counter() - started)
+            if observer is not None:
+                observer.command(kind, time.perf_counter() - started)
 
     async def _decide_and_append(
         self,

@@ -61,6 +61,7 @@ H_COMMAND_ID = "Ms-Command-Id"
 H_CAUSATION_ID = "Ms-Causation-Id"
 H_CORRELATION_ID = "Ms-Correlation-Id"
 H_ACTOR = "Ms-Actor"
+H_TRACEPARENT = "traceparent"  # W3C Trace Context
 H_TIMESTAMP = "Ms-Timestamp"
 H_MSG_ID = "Nats-Msg-Id"
 H_SCHEMA = "Ms-Schema"
@@ -109,6 +110,7 @@ class CommandMeta:
     actor: str = "memstream"
     causation_id: str = ""
     correlation_id: str = ""
+    traceparent: str = ""  # the W3C trace context of the command's span, when traced
 
 
 # Aggregates renamed since events were written in eventsourcing's stored form, by the topic
@@ -157,6 +159,8 @@ def encode_event(
         headers[H_CAUSATION_ID] = meta.causation_id
     if meta.correlation_id and meta.correlation_id != command_id:
         headers[H_CORRELATION_ID] = meta.correlation_id
+    if meta.traceparent:
+        headers[H_TRACEPARENT] = meta.traceparent
     return encode_payload(event), headers
 
 

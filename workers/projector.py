@@ -44,6 +44,7 @@ from memstream.workers.event_log import EventLog, LogEntry
 from memstream.workers.position import Demand
 from memstream.workers.pull import Puller, stream_sequence
 from memstream.workers.subjects import demand_subject
+from memstream.workers.tracing import batch_span, tracing
 
 logger = logging.getLogger(__name__)
 
@@ -678,7 +679,16 @@ class ProjectorWorker:
                 self.stats.skipped += len(msgs) - len(entries)
                 if entries:
                     started = time.perf_counter()
-                    seq = await self._apply_with_retry(entries)
+                    if tracing():
+                        with batch_span(
+                            self.durable,
+                            [e.headers for e in entries],
+                            entries[0].seq,
+                            entries[-1].seq,
+                        ):
+                            seq = await self._apply_with_retry(entries)
+                    else:
+                        seq = await self._apply_with_retry(entries)
                     self.stats.timed(time.perf_counter() - started)
                     self._committed = self._durable = seq
                     if self.on_commit:
