@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memstream import Memstream, StaticContext
+from memstream.types import SearchHit, SessionMessage
 from memstream.workers.status import PlatformStatus, platform_status
 
 SESSION = "demo"
@@ -42,9 +43,9 @@ class DemoResult:
     session_id: str
     branch_point: str
     query: str
-    history: list[dict[str, Any]]
-    branches: list[dict[str, Any]]
-    hits: list[dict[str, Any]]
+    history: list[SessionMessage]
+    branches: list[SessionMessage]
+    hits: list[SearchHit]
     tool_reply: str
     prompt: str
     memory_question: str

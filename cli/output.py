@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import IO, Any
 
@@ -62,7 +62,7 @@ def note(text: str) -> None:
     typer.echo(redact(text), err=True)
 
 
-def message_text(message: Message) -> str:
+def message_text(message: Mapping[str, Any]) -> str:
     """The readable text of a message: its text parts, else its parts as JSON."""
     parts = message.get("parts")
     if isinstance(parts, list):
@@ -83,7 +83,9 @@ def _cells(*values: object) -> list[Text]:
     return [Text(str(v)) for v in values]  # Text: user content is never read as rich markup
 
 
-def show_history(session_id: str, messages: Sequence[Message], leaf: str | None = None) -> None:
+def show_history(
+    session_id: str, messages: Sequence[Mapping[str, Any]], leaf: str | None = None
+) -> None:
     if not messages:
         found = f"no message {leaf!r} in session" if leaf else "no messages in session"
         stdout().print(Text(f"{found} {session_id!r}"))
@@ -160,7 +162,7 @@ def show_fields(fields: dict[str, Any]) -> None:
     stdout().print(table)
 
 
-def show_hits(query: str, hits: Sequence[dict[str, Any]]) -> None:
+def show_hits(query: str, hits: Sequence[Mapping[str, Any]]) -> None:
     if not hits:
         stdout().print(Text(f"no messages match {query!r}"))
         return

@@ -118,10 +118,10 @@ def history(
     """
     settings = settings_of(ctx)
 
-    async def main() -> list[dict[str, Any]]:
+    async def main() -> list[Any]:
         async with connected(settings) as ms:
             await ms.sync("sessions")
-            return await ms.session(session).get_history(leaf)
+            return list(await ms.session(session).get_history(leaf))
 
     messages = run(main())
     end = len(messages) - offset

@@ -34,6 +34,7 @@ from memstream.summarizers import (
     summarizer_from_settings,
 )
 from memstream.sync import SyncMemstream, connect_sync
+from memstream.types import MessageInput, MessagePart, SearchHit, SessionMessage
 
 __all__ = [
     "COMPACTION_PREFIX",
@@ -49,7 +50,9 @@ __all__ = [
     "InvalidInputError",
     "Memstream",
     "MemstreamError",
+    "MessageInput",
     "MessageNotFoundError",
+    "MessagePart",
     "NotFoundError",
     "OpenAICompatibleExtractor",
     "OpenAICompatibleSummarizer",
@@ -60,8 +63,10 @@ __all__ = [
     "ReadModelUnavailableError",
     "RecentHistory",
     "SearchBlock",
+    "SearchHit",
     "Session",
     "SessionManager",
+    "SessionMessage",
     "Settings",
     "StaticContext",
     "SyncMemstream",

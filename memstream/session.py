@@ -28,6 +28,7 @@ from memstream.domain.system_prompt import ContextBlock
 from memstream.projections.ports import SessionQueries
 from memstream.projections.recent_history import RecentHistory
 from memstream.session_compaction import SessionCompaction
+from memstream.types import MessageInput, SearchHit, SessionMessage
 from memstream.workers.aggregate_store import CommandResult
 from memstream.workers.codec import CommandMeta, decode_event
 from memstream.workers.event_log import EventLog
@@ -150,7 +151,7 @@ class Session:
         await self._context.ready()
         return await self._ms.session_command(self._session_id, decide, self.command_meta())
 
-    async def append_message(self, message: Message, parent_id: Any = OMITTED) -> int:
+    async def append_message(self, message: MessageInput, parent_id: Any = OMITTED) -> int:
         """Append a message (omitted parent → latest leaf; ``None`` → new root).
 
         An id that already exists is a no-op (the first content wins). Returns the log sequence.
@@ -164,7 +165,9 @@ class Session:
             await self._compaction.after_append(self)
         return result.seq
 
-    async def append_messages(self, messages: Sequence[Message], parent_id: Any = OMITTED) -> int:
+    async def append_messages(
+        self, messages: Sequence[MessageInput], parent_id: Any = OMITTED
+    ) -> int:
         """Append a chain of messages atomically (one event, ≤ 500 messages)."""
         result = await self._command(lambda s: s.append_messages(messages, parent_id))
         if result.events:
@@ -329,7 +332,7 @@ class Session:
 
     async def get_history(
         self, leaf_id: str | None = None, *, limit: int | None = None
-    ) -> list[Message]:
+    ) -> list[SessionMessage]:
         """Path root→leaf (latest leaf when ``leaf_id`` is falsy) with overlays applied; with
         ``limit``, its last ``limit`` messages (an overlay counts as one).
 
@@ -342,7 +345,10 @@ class Session:
         if leaf is not None and not storable(leaf):
             return []
         queries = await self._queries()
-        history = list(queries.history(self._ms.namespace, self._session_id, leaf))
+        history = cast(
+            "list[SessionMessage]",
+            list(queries.history(self._ms.namespace, self._session_id, leaf)),
+        )
         if limit is None:
             return history
         return history[len(history) - limit :] if limit else []
@@ -375,17 +381,21 @@ class Session:
         queries = await self._queries()
         return list(queries.row_stats(self._ms.namespace, self._session_id))
 
-    async def get_message(self, id: str) -> Message | None:  # design.md names it ``id``
+    async def get_message(self, id: str) -> SessionMessage | None:  # design.md names it ``id``
         """One message by id, or ``None``."""
         if not storable(require_str("id", id)):
             return None
         queries = await self._queries()
-        return queries.message(self._ms.namespace, self._session_id, id)
+        return cast(
+            "SessionMessage | None", queries.message(self._ms.namespace, self._session_id, id)
+        )
 
-    async def get_latest_leaf(self) -> Message | None:
+    async def get_latest_leaf(self) -> SessionMessage | None:
         """The newest childless message, or ``None`` if the session is empty."""
         queries = await self._queries()
-        return queries.latest_leaf(self._ms.namespace, self._session_id)
+        return cast(
+            "SessionMessage | None", queries.latest_leaf(self._ms.namespace, self._session_id)
+        )
 
     async def get_path_length(self, leaf_id: str | None = None) -> int:
         """Raw messages on the path to ``leaf_id`` (latest leaf by default)."""
@@ -395,19 +405,22 @@ class Session:
         queries = await self._queries()
         return queries.path_length(self._ms.namespace, self._session_id, leaf)
 
-    async def get_branches(self, message_id: str) -> list[Message]:
+    async def get_branches(self, message_id: str) -> list[SessionMessage]:
         """Children of a message in log order."""
         if not storable(require_str("message_id", message_id)):
             return []
         queries = await self._queries()
-        return list(queries.branches(self._ms.namespace, self._session_id, message_id))
+        return cast(
+            "list[SessionMessage]",
+            list(queries.branches(self._ms.namespace, self._session_id, message_id)),
+        )
 
     async def get_compactions(self) -> list[dict[str, Any]]:
         """Stored overlays in log order."""
         queries = await self._queries()
         return [asdict(c) for c in queries.compactions(self._ms.namespace, self._session_id)]
 
-    async def search(self, query: str, limit: int = 20) -> list[dict[str, Any]]:
+    async def search(self, query: str, limit: int = 20) -> list[SearchHit]:
         """Full-text search in this session (web-search syntax), best match first.
 
         Returns ``[{id, role, content, created_at}]``. Any string is a query: one with nothing
@@ -422,7 +435,10 @@ class Session:
             return []
         queries = await self._queries()
         hits = queries.search(self._ms.namespace, self._session_id, text, limit)
-        return [{k: h[k] for k in ("id", "role", "content", "created_at")} for h in hits]
+        return [
+            SearchHit(id=h["id"], role=h["role"], content=h["content"], created_at=h["created_at"])
+            for h in hits
+        ]
 
 
 def _optional_id(name: str, value: object) -> str | None:

@@ -12,13 +12,14 @@ import inspect
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from memstream.compaction import CompactFunction, CompactResult, SessionTokenCounter
 from memstream.domain.errors import CompactionNotConfiguredError, InvalidInputError
 from memstream.domain.messages import COMPACTION_PREFIX, Message
 from memstream.domain.system_prompt import ContextBlock
 from memstream.domain.tokens import estimate_message_tokens, estimate_string_tokens
+from memstream.types import SessionMessage
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ class CompactingSession(Protocol):
     @property
     def session_id(self) -> str: ...
 
-    async def get_history(self, leaf_id: str | None = None) -> list[Message]: ...
+    async def get_history(self, leaf_id: str | None = None) -> list[SessionMessage]: ...
 
     async def get_compactions(self) -> list[dict[str, Any]]: ...
 
@@ -87,7 +88,7 @@ class SessionCompaction:
         function = self.function
         if function is None:
             raise CompactionNotConfiguredError(NOT_CONFIGURED)
-        history = await session.get_history(leaf_id)
+        history = cast("list[Message]", await session.get_history(leaf_id))
         try:
             result = await _resolve(function(history, self._context(session)))
         except Exception as error:
@@ -139,7 +140,7 @@ class SessionCompaction:
 
     async def estimate(self, session: CompactingSession) -> int:
         """The session's token estimate (§5.3): history and system prompt."""
-        messages = await session.get_history()
+        messages = cast("list[Message]", await session.get_history())
         prompt, blocks = await session.compaction_prompt()
         counter = self.token_counter
         if counter is None:

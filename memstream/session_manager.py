@@ -29,6 +29,7 @@ from memstream.domain.session_registry import SessionRecord, check_name
 from memstream.domain.tool_specs import NO_RESULTS, session_search_spec
 from memstream.projections.ports import ReadModels
 from memstream.session import Session, SessionClient
+from memstream.types import SessionMessage
 from memstream.workers.aggregate_store import AggregateStore, CommandResult, Decide
 from memstream.workers.codec import CommandMeta
 
@@ -38,6 +39,7 @@ _ALL = 2**62  # a page limit no namespace reaches: list() reads every row in one
 # (The manager's ``list`` method hides the builtin inside its class: these name the types.)
 Infos = list[dict[str, Any]]
 Messages = list[Message]
+StoredMessages = list[SessionMessage]
 
 
 class ManagerClient(SessionClient, Protocol):
@@ -281,7 +283,7 @@ class SessionManager:
         await self.get_session(session_id).append_messages(stored, parent_id)
         return str(stored[-1]["id"])
 
-    async def get_history(self, session_id: str, leaf_id: str | None = None) -> Messages:
+    async def get_history(self, session_id: str, leaf_id: str | None = None) -> StoredMessages:
         return await self.get_session(session_id).get_history(leaf_id)
 
     async def get_message_count(self, session_id: str) -> int:
@@ -294,7 +296,7 @@ class SessionManager:
     async def delete_messages(self, session_id: str, message_ids: Iterable[str]) -> None:
         await self.get_session(session_id).delete_messages(message_ids)
 
-    async def get_branches(self, session_id: str, message_id: str) -> Messages:
+    async def get_branches(self, session_id: str, message_id: str) -> StoredMessages:
         return await self.get_session(session_id).get_branches(message_id)
 
     async def add_compaction(

@@ -15,6 +15,7 @@ from memstream.domain.context import ContextDocument, SearchIndex
 from memstream.domain.messages import Message
 from memstream.domain.session import SessionAggregate
 from memstream.projections.ports import ContextQueries, SessionQueries
+from memstream.types import SessionMessage
 from memstream.workers.aggregate_store import AggregateStore, CommandResult, Decide
 from memstream.workers.codec import CommandMeta
 
@@ -71,6 +72,6 @@ class SessionPort(Protocol):
 
     def command_meta(self) -> CommandMeta: ...
 
-    async def get_history(self, leaf_id: str | None = None) -> list[Message]: ...
+    async def get_history(self, leaf_id: str | None = None) -> list[SessionMessage]: ...
 
     async def update_message(self, message: Message) -> int: ...

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 from memstream.context.blocks import BlockConfig, ContextBlocks, PromptStore, ProviderPromptStore
 from memstream.context.ports import SessionPort
@@ -12,6 +12,7 @@ from memstream.context.state import SessionPromptStore, SessionSkillLog, reclaim
 from memstream.domain.context import check_content, check_label
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import check_int
+from memstream.domain.messages import Message
 from memstream.domain.system_prompt import ContextBlock
 
 
@@ -132,6 +133,6 @@ class SessionContext:
 
     async def _reclaim_skill_output(self, label: str, key: str) -> None:
         session = self._session
-        rewritten = reclaimed(await session.get_history(), label, key)
+        rewritten = reclaimed(cast("list[Message]", await session.get_history()), label, key)
         if rewritten is not None:
             await session.update_message(rewritten)

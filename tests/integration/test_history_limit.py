@@ -28,3 +28,17 @@ async def test_the_last_n_messages_of_a_path_overlays_counted_once(ms: Memstream
     for bad in (-1, True, 2.0, "3"):
         with pytest.raises(InvalidInputError, match="limit"):
             await session.get_history(limit=bad)  # type: ignore[arg-type]
+
+
+async def test_the_typed_shapes_describe_what_reads_return(ms: Memstream) -> None:
+    import memstream
+
+    session = ms.session("typed")
+    await session.append_message({"id": "m1", "role": "user", "content": "typed dicts"})
+    message = (await session.get_history())[0]
+    assert memstream.SessionMessage.__required_keys__ <= set(message)
+    for part in message["parts"]:
+        assert memstream.MessagePart.__required_keys__ <= set(part)
+        assert set(part) <= set(memstream.MessagePart.__annotations__)
+    hit = (await session.search("typed"))[0]
+    assert set(hit) == set(memstream.SearchHit.__annotations__)
