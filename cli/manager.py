@@ -217,6 +217,7 @@ def delete(
     ctx: typer.Context,
     session: SessionArg,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking.")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Delete a session: its messages, compaction overlays and search rows are cleared and its
     registration removed (the events stay in the log). Asks first unless --yes.
@@ -241,6 +242,9 @@ def delete(
             await manager.delete(session)
 
     run(main())
+    if as_json:
+        emit_json({"session_id": session, "deleted": True})
+        return
     typer.echo(f"deleted session {session!r}")
 
 

@@ -277,12 +277,16 @@ def forget_session(
     profile: ProfileArg,
     session: Annotated[str, typer.Argument(help="The memory session id.", show_default=False)],
     namespace: NamespaceOpt = "default",
+    as_json: JsonFlag = False,
 ) -> None:
     """Forget every memory and message of a session (an unknown session: nothing to do).
 
     Example: memstream memory forget-session alice s1
     """
     _with_profile(ctx, namespace, profile, lambda p: p.delete_session(session))
+    if as_json:
+        emit_json({"profile": profile, "session_id": session, "forgotten": True})
+        return
     note(f"forgot session {session} of {profile}")
 
 
@@ -327,7 +331,10 @@ def history(
 
 @app.command("delete-profile")
 def delete_profile(
-    ctx: typer.Context, profile: ProfileArg, namespace: NamespaceOpt = "default"
+    ctx: typer.Context,
+    profile: ProfileArg,
+    namespace: NamespaceOpt = "default",
+    as_json: JsonFlag = False,
 ) -> None:
     """Delete a profile with all its memories and messages.
 
@@ -340,4 +347,7 @@ def delete_profile(
             await client.agent_memory(namespace).delete_profile(profile)
 
     run(main())
+    if as_json:
+        emit_json({"profile": profile, "namespace": namespace, "deleted": True})
+        return
     note(f"deleted profile {profile}")

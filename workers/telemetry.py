@@ -140,7 +140,7 @@ class WorkerCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         counters = {
-            name: CounterMetricFamily(f"memstream_{name}", text, labels=["consumer"])
+            name: CounterMetricFamily(f"memstream_{name}", text, labels=["consumer", "projections"])
             for name, text in (
                 (
                     "events_applied",
@@ -163,11 +163,14 @@ class WorkerCollector(Collector):
             labels=["projection"],
         )
         seconds = HistogramMetricFamily(
-            "memstream_batch_seconds", "Time to apply and commit a batch.", labels=["consumer"]
+            "memstream_batch_seconds",
+            "Time to apply and commit a batch.",
+            labels=["consumer", "projections"],
         )
         projectors, extractors = self._workers()
         for worker in projectors:
             stats, consumer = worker.stats, worker.durable
+            names = ",".join(worker.store.projections)
             for name, value in (
                 ("events_applied", stats.applied),
                 ("events_skipped", stats.skipped),
@@ -175,7 +178,7 @@ class WorkerCollector(Collector):
                 ("batch_failures", stats.transient_failures),
                 ("dead_letters", stats.dead_lettered),
             ):
-                counters[name].add_metric([consumer], value)
+                counters[name].add_metric([consumer, names], value)
             committed = worker.committed
             last, memory_last = self._ends.get(worker, (committed, committed))
             for projection in worker.store.projections:
@@ -187,7 +190,7 @@ class WorkerCollector(Collector):
                 cumulative += count
                 buckets.append((_bound(bound), cumulative))
             buckets.append(("+Inf", stats.timed_batches))
-            seconds.add_metric([consumer], buckets, stats.batch_seconds)
+            seconds.add_metric([consumer, names], buckets, stats.batch_seconds)
         yield from counters.values()
         yield from (position, lag, seconds)
         extracted = CounterMetricFamily(

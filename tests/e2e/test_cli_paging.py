@@ -32,3 +32,24 @@ def test_history_and_list_pages_and_rebuild_json(tmp_path: Path) -> None:
     assert rebuilt["projections"] == ["sessions"]
     assert rebuilt["sequence"] >= 6
     assert rebuilt["into"] == str((tmp_path / "data" / "memstream.db").resolve())
+
+
+def test_deleting_commands_print_json_on_request(tmp_path: Path) -> None:
+    env = clean_env(MEMSTREAM_DATA_DIR=str(tmp_path / "data"))
+    memstream(env, "append", "gone", "--text", "bye")
+    memstream(env, "memory", "remember", "alice", "Likes trams")
+    assert json_of(env, "sessions", "delete", "gone", "--yes") == {
+        "session_id": "gone",
+        "deleted": True,
+    }
+    assert json_of(env, "memory", "forget-session", "alice", "s9") == {
+        "profile": "alice",
+        "session_id": "s9",
+        "forgotten": True,
+    }
+    assert json_of(env, "memory", "delete-profile", "alice") == {
+        "profile": "alice",
+        "namespace": "default",
+        "deleted": True,
+    }
+    assert json_of(env, "memory", "profiles") == []
