@@ -259,10 +259,7 @@ def _openai_part(part: object, field: str, where: _Where) -> dict[str, Any]:
     block = _block(part, field, where)
     kind = block["type"]
     if kind == "text":
-        text = block.get("text")
-        if not isinstance(text, str):
-            raise where.error(f"{field}.text", f"must be a string, not {_kind(text)}")
-        return _with_meta({"type": "text", "text": text}, OPENAI, _rest(block, "type", "text"))
+        return _text_part(block, field, where)
     if kind == "image_url":
         image = block.get("image_url")
         if not isinstance(image, Mapping) or not isinstance(image.get("url"), str):
@@ -298,15 +295,7 @@ def _openai_call(
         raise where.error(
             f"{field}.function.arguments", f"must be a string, not {_kind(arguments)}"
         )
-    meta: dict[str, Any] = {}
-    try:
-        parsed: object = json.loads(arguments)
-    except ValueError:
-        parsed = arguments  # a model's broken JSON: kept as it came
-        meta["arguments"] = arguments
-    else:
-        if _canonical(parsed) != arguments:
-            meta["arguments"] = arguments
+    parsed, meta = parse_arguments(arguments)
     call_rest = _rest(block, "type", "id", "function")
     if call_rest:
         meta["call"] = call_rest
@@ -314,14 +303,7 @@ def _openai_call(
     if function_rest:
         meta["function"] = function_rest
     names[call_id] = name
-    part = {
-        "type": TOOL_PART,
-        "toolName": name,
-        "toolCallId": call_id,
-        "state": "input-available",
-        "input": parsed,
-    }
-    return _with_meta(part, OPENAI, meta)
+    return _with_meta(call_part(name, call_id, parsed), OPENAI, meta)
 
 
 def _anthropic_block(
@@ -330,10 +312,7 @@ def _anthropic_block(
     block = _block(block_value, field, where)
     kind = block["type"]
     if kind == "text":
-        text = block.get("text")
-        if not isinstance(text, str):
-            raise where.error(f"{field}.text", f"must be a string, not {_kind(text)}")
-        return _with_meta({"type": "text", "text": text}, ANTHROPIC, _rest(block, "type", "text"))
+        return _text_part(block, field, where)
     if kind == "thinking":
         thinking = block.get("thinking")
         if not isinstance(thinking, str):
@@ -362,13 +341,7 @@ def _anthropic_block(
         if "input" not in block:
             raise where.error(f"{field}.input", "is missing")
         names[call_id] = name
-        part = {
-            "type": TOOL_PART,
-            "toolName": name,
-            "toolCallId": call_id,
-            "state": "input-available",
-            "input": block["input"],
-        }
+        part = call_part(name, call_id, block["input"])
         return _with_meta(part, ANTHROPIC, _rest(block, "type", "id", "name", "input"))
     if kind == "tool_result":
         call_id = block.get("tool_use_id")
@@ -396,6 +369,35 @@ def _anthropic_block(
         }
         return _with_meta(part, ANTHROPIC, meta)
     return {"type": "data-anthropic", "data": dict(block)}
+
+
+def call_part(name: str, call_id: str, arguments: object) -> dict[str, Any]:
+    """The AI SDK part of a tool call whose input is complete."""
+    return {
+        "type": TOOL_PART,
+        "toolName": name,
+        "toolCallId": call_id,
+        "state": "input-available",
+        "input": arguments,
+    }
+
+
+def parse_arguments(arguments: str) -> tuple[object, dict[str, Any]]:
+    """A call's ``arguments`` text as its input, and ``{"arguments": text}`` to keep when the
+    input's canonical JSON would not give that text back (a model's broken JSON stays a
+    string)."""
+    try:
+        parsed: object = json.loads(arguments)
+    except ValueError:
+        return arguments, {"arguments": arguments}
+    return parsed, ({} if _canonical(parsed) == arguments else {"arguments": arguments})
+
+
+def _text_part(block: Mapping[str, Any], field: str, where: _Where) -> dict[str, Any]:
+    text = block.get("text")
+    if not isinstance(text, str):
+        raise where.error(f"{field}.text", f"must be a string, not {_kind(text)}")
+    return _with_meta({"type": "text", "text": text}, where.fmt, _rest(block, "type", "text"))
 
 
 def _anthropic_image_url(source: Mapping[str, Any], field: str, where: _Where) -> str | None:

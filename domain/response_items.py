@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any
 
+from memstream.domain.chat_formats import call_part, parse_arguments
 from memstream.domain.errors import InvalidInputError
 
 Item = dict[str, Any]
@@ -142,22 +143,9 @@ def _function_call(item: Mapping[str, Any], names: MutableMapping[str, str]) -> 
             raise _error(item, field, f"must be a non-empty string, not {_kind(value)}")
     if not isinstance(arguments, str):
         raise _error(item, "arguments", f"must be a string, not {_kind(arguments)}")
-    meta: dict[str, Any] = {}
-    try:
-        parsed: object = json.loads(arguments)
-    except ValueError:
-        parsed, meta["arguments"] = arguments, arguments
-    else:
-        if _canonical(parsed) != arguments:
-            meta["arguments"] = arguments
+    parsed, meta = parse_arguments(arguments)
     names[str(call_id)] = str(name)
-    part = {
-        "type": TOOL_PART,
-        "toolName": name,
-        "toolCallId": call_id,
-        "state": "input-available",
-        "input": parsed,
-    }
+    part = call_part(str(name), str(call_id), parsed)
     fields = _rest(item, "call_id", "name", "arguments")
     return _message("assistant", [_with_meta(part, meta)], "function_call", fields)
 

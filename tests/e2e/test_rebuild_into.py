@@ -3,10 +3,11 @@ by replaying the log, each command a process of its own (issue 14, item 7)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+import sys
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from memstream.workers.nats_server import NatsServerProcess
 pytestmark = pytest.mark.postgres
 
 SECRET = "never-shown-7c1e"
+READER = Path(__file__).parent.parent / "support" / "read_everything.py"
 WORKERS = ("projector", "extractor", "indexer")
 
 
@@ -31,25 +33,18 @@ def _worker(env: dict[str, str], log: Path, name: str) -> tuple[subprocess.Popen
 
 
 def _reads(env: dict[str, str]) -> dict[str, Any]:
-    """What a user reads back: history, search, context, memories, per-session summaries (the
-    commands run side by side: each is a process of its own)."""
-    commands = {
-        "history": ("sessions", "history", "trip"),
-        "branch": ("sessions", "history", "trip", "--leaf", "m2"),
-        "search": ("sessions", "search", "ferry"),
-        "sessions": ("sessions", "list"),
-        "blocks": ("context", "list", "--session", "trip"),
-        "memories": ("memory", "list", "alice"),
-        "recall": ("memory", "recall", "alice", "Which language?"),
-    }
-    with ThreadPoolExecutor(max_workers=len(commands)) as pool:
-        futures = {key: pool.submit(json_of, env, *args) for key, args in commands.items()}
-        read = {key: future.result() for key, future in futures.items()}
-    read["sessions"] = [
-        {k: v for k, v in s.items() if k not in ("first_at", "last_at")} for s in read["sessions"]
-    ]
-    read["memories"] = read["memories"]["memories"]
-    read["recall"] = read["recall"]["candidates"]
+    """What a user reads back: history, a branch, search, sessions, context, memories and a
+    recall (one process reads them all: support/read_everything.py)."""
+    done = subprocess.run(
+        [sys.executable, str(READER)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    read: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return read
 
 
