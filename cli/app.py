@@ -10,6 +10,7 @@ from typer.core import TyperGroup
 
 from memstream import MemstreamError
 from memstream.cli import (
+    audit,
     blocks,
     events,
     manager,
@@ -162,6 +163,7 @@ app.add_typer(manager.usage_app, name="usage")
 app.add_typer(blocks.app, name="context")
 app.add_typer(blocks.prompt_app, name="prompt")
 app.add_typer(events.app, name="events")
+app.add_typer(audit.app, name="audit")
 app.add_typer(projections.app, name="projections")
 app.add_typer(memory.app, name="memory")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -21,6 +21,7 @@ from eventsourcing.utils import get_topic
 from nats.aio.msg import Msg
 from nats.js import api
 
+from memstream.domain.context import document_id
 from memstream.domain.errors import InvalidInputError, MemstreamError, UnavailableError
 from memstream.workers.codec import (
     H_ACTOR,
@@ -40,7 +41,7 @@ from memstream.workers.codec import (
 from memstream.workers.event_contract import EVENT_TYPES, aggregate_id
 from memstream.workers.event_log import EventLog
 from memstream.workers.pull import Puller
-from memstream.workers.subjects import parse_subject
+from memstream.workers.subjects import parse_subject, subject_for
 
 logger = logging.getLogger(__name__)
 
@@ -276,3 +277,23 @@ async def tail_events(
     if follow:
         async for event in read_events(log, replace(query, from_seq=last + 1), follow=True):
             yield event
+
+
+async def session_trail(
+    log: EventLog, namespace: str, session_id: str, block_labels: Iterable[str] = ()
+) -> list[AuditEvent]:
+    """Every event that shaped a session, in log order: its own (messages, overlays, prompt,
+    skills), its registration's (``registry``), and its built-in blocks' (``block_labels``)."""
+    prefix = log.subject_prefix
+    subjects = [
+        subject_for(prefix, namespace, "session", session_id),
+        subject_for(prefix, namespace, "registry", session_id),
+        *(
+            subject_for(prefix, namespace, "block", document_id(label, session_id))
+            for label in sorted(set(block_labels))
+        ),
+    ]
+    trail: list[AuditEvent] = []
+    for subject in subjects:
+        trail.extend([event async for event in read_events(log, EventQuery(subject=subject))])
+    return sorted(trail, key=lambda event: event.seq)

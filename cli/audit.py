@@ -1,0 +1,65 @@
+"""``memstream audit ...``: every event that shaped one thing, with who, when and why."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from memstream import NotFoundError
+from memstream.cli.context import connected, run, settings_of
+from memstream.cli.output import emit_json, stdout
+from memstream.domain.limits import check_session_id
+from memstream.workers.audit import AuditEvent, session_trail
+
+app = typer.Typer(no_args_is_help=True, help="Audit trails: the events behind a session.")
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (the export's objects).")]
+
+
+@app.command("session")
+def audit_session(
+    ctx: typer.Context,
+    session: Annotated[str, typer.Argument(help="Session id.", show_default=False)],
+    as_json: JsonFlag = False,
+) -> None:
+    """Every event that shaped a session, oldest first: its messages, overlays, prompt and
+    skills, its registration, and its built-in context blocks, each with its sequence, time,
+    type, actor, command id and causation.
+
+    Example: memstream audit session chat-1 --json
+    """
+    settings = settings_of(ctx)
+    check_session_id(session)
+
+    async def main() -> list[AuditEvent]:
+        async with connected(settings) as ms:
+            await ms.sync("context")  # (the session's block labels)
+            labels = [b["label"] for b in ms.context_queries.blocks(ms.namespace, session)]
+            return await session_trail(ms.log, ms.namespace, session, labels)
+
+    trail = run(main())
+    if not trail:
+        raise NotFoundError(f"no events of session {session!r} in namespace {settings.namespace!r}")
+    if as_json:
+        emit_json([event.as_json() for event in trail])
+        return
+    table = Table("seq", "time", "type", "actor", "command", "caused by")
+    for event in trail:
+        table.add_row(*_row(event))
+    stdout().print(table)
+
+
+def _row(event: AuditEvent) -> list[Any]:
+    headers = event.headers
+    command = headers.get("command_id", "")
+    causation = headers.get("causation_id", "")
+    return [
+        str(event.seq),
+        event.time.isoformat(timespec="seconds"),
+        event.type,
+        headers.get("actor", ""),
+        command,
+        "" if causation == command else causation,
+    ]

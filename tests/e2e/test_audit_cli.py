@@ -1,0 +1,63 @@
+"""``memstream audit session`` (issue 16, item 2): every event that shaped a session — its
+messages, its registration and its blocks — with actor, command id and causation."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+from support.processes import clean_env, json_of, memstream
+
+from memstream.client import open_memstream
+from memstream.settings import Settings
+from memstream.workers.nats_server import NatsServerProcess
+
+
+async def test_a_sessions_trail_in_log_order_with_who_did_it(
+    tmp_path: Path, nats_server: NatsServerProcess
+) -> None:
+    stream = "T" + uuid.uuid4().hex[:12].upper()
+    data = tmp_path / "data"
+    settings = Settings(data_dir=data, nats_url=nats_server.url, stream=stream, actor="ops@host")
+    ms = await open_memstream(settings, workers=True)
+    try:
+        manager = ms.session_manager()
+        info = await manager.create("Trip", session_id="trip")
+        agent = ms.session("trip", actor="agent-7")
+        await agent.append_message({"id": "m1", "role": "user", "content": "Lisbon?"})
+        await agent.add_context("memory")
+        await agent.replace_context_block("memory", "Likes trams")
+        await ms.session("other").append_message({"role": "user", "content": "unrelated"})
+        await agent.append_message({"id": "m2", "role": "assistant", "content": "Tram 28"})
+        env = clean_env(
+            MEMSTREAM_DATA_DIR=str(data),
+            MEMSTREAM_NATS_URL=nats_server.url,
+            MEMSTREAM_STREAM=stream,
+        )
+        # (in a thread: this test's event loop runs the projector the command waits for)
+        trail = await asyncio.to_thread(json_of, env, "audit", "session", "trip")
+        wide = {**env, "COLUMNS": "200"}
+        table = await asyncio.to_thread(memstream, wide, "audit", "session", "trip")
+        missing = await asyncio.to_thread(memstream, env, "audit", "session", "nobody", expect=1)
+    finally:
+        await ms.close()
+    assert info["id"] == "trip"
+    types = [event["type"] for event in trail]
+    assert types == [
+        "registry.session_created",
+        "session.message_appended",
+        "context.block_written",
+        "session.message_appended",
+    ]
+    seqs = [event["seq"] for event in trail]
+    assert seqs == sorted(seqs)
+    actors = [event["headers"]["actor"] for event in trail]
+    # (a block is an aggregate of its own: its writes carry the client's actor, as documented;
+    # the session's own events carry the session's)
+    assert actors == ["ops@host", "agent-7", "ops@host", "agent-7"]
+    assert all(event["headers"]["command_id"] for event in trail)
+    assert trail[1]["payload"]["message"]["id"] == "m1"
+    assert "session.message_appended" in table.stdout
+    assert "agent-7" in table.stdout
+    assert "no events of session 'nobody'" in missing.stderr
