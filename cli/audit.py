@@ -7,13 +7,15 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from memstream import NotFoundError
+from memstream import InvalidInputError, NotFoundError
 from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import emit_json, stdout
 from memstream.domain.limits import check_session_id
-from memstream.workers.audit import AuditEvent, session_trail
+from memstream.workers.audit import AuditEvent, memory_trail, session_trail
 
-app = typer.Typer(no_args_is_help=True, help="Audit trails: the events behind a session.")
+app = typer.Typer(
+    no_args_is_help=True, help="Audit trails: the events behind a session or a memory."
+)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (the export's objects).")]
 
@@ -42,6 +44,44 @@ def audit_session(
     trail = run(main())
     if not trail:
         raise NotFoundError(f"no events of session {session!r} in namespace {settings.namespace!r}")
+    _show(trail, as_json)
+
+
+@app.command("memory")
+def audit_memory(
+    ctx: typer.Context,
+    memory_id: Annotated[str, typer.Argument(help="Memory id.", show_default=False)],
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile", help="Its profile (faster: only that profile's events are read)."
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Every event that shaped a memory, oldest first: the text remembered or the ingest it
+    came from, its extraction, a supersession, its deletion, its session forgotten or its
+    profile deleted. A deleted memory is found too: the log keeps it.
+
+    Example: memstream audit memory 3f2a... --profile alice --json
+    """
+    settings = settings_of(ctx)
+    if not memory_id or len(memory_id) > 256:
+        raise InvalidInputError(f"memory id must be 1-256 characters, not {len(memory_id)}")
+
+    async def main() -> list[AuditEvent]:
+        async with connected(settings, workers=False) as ms:
+            return await memory_trail(ms.log, ms.namespace, memory_id, profile)
+
+    trail = run(main())
+    if not trail:
+        raise NotFoundError(
+            f"no events of memory {memory_id!r} in namespace {settings.namespace!r}"
+        )
+    _show(trail, as_json)
+
+
+def _show(trail: list[AuditEvent], as_json: bool) -> None:
     if as_json:
         emit_json([event.as_json() for event in trail])
         return

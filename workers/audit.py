@@ -297,3 +297,86 @@ async def session_trail(
     for subject in subjects:
         trail.extend([event async for event in read_events(log, EventQuery(subject=subject))])
     return sorted(trail, key=lambda event: event.seq)
+
+
+async def memory_trail(
+    log: EventLog, namespace: str, memory_id: str, profile: str | None = None
+) -> list[AuditEvent]:
+    """Every event that shaped one memory, in log order (see :func:`shaped_memory`), read from
+    ``profile``'s subject, or from every profile's of ``namespace`` when it is not given (a
+    deleted memory is in no read model: the log is the only place that still knows it)."""
+    prefix = log.subject_prefix
+    subject = (
+        subject_for(prefix, namespace, "profile", profile)
+        if profile is not None
+        else f"{prefix}.{namespace}.profile.*"
+    )
+    events = [event async for event in read_events(log, EventQuery(subject=subject))]
+    return shaped_memory(events, memory_id)
+
+
+def shaped_memory(events: Iterable[AuditEvent], memory_id: str) -> list[AuditEvent]:
+    """The events among ``events`` (one or more profiles' events, in log order) that shaped
+    memory ``memory_id``: the text remembered as it, or the ingest it was extracted from
+    (by its source, or holding one of its source messages); its extraction; a supersession
+    naming it; its deletion; the forgetting of its session, or the deletion of its profile,
+    after it was extracted."""
+    events = list(events)
+    sources: set[str] = set()
+    messages: set[str] = set()
+    sessions: set[str] = set()
+    profiles: set[str] = set()
+    extracted_at = None
+    for event in events:
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        if event.type != "memory.memories_extracted":
+            continue
+        for memory in payload.get("memories") or ():
+            if isinstance(memory, dict) and memory.get("id") == memory_id:
+                sources.add(str(payload.get("source")))
+                messages.update(str(m) for m in memory.get("source_message_ids") or ())
+                if memory.get("session_id"):
+                    sessions.add(str(memory["session_id"]))
+                profiles.add(str(payload.get("profile")))
+                extracted_at = event.seq if extracted_at is None else extracted_at
+    shaped = []
+    for event in events:
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        kind = event.type
+        if (
+            (kind == "memory.memory_remembered" and payload.get("memory_id") == memory_id)
+            or (
+                kind == "memory.conversation_ingested"
+                and payload.get("profile") in profiles
+                and (
+                    payload.get("ingest_id") in sources
+                    or any(
+                        isinstance(m, dict) and m.get("id") in messages
+                        for m in payload.get("messages") or ()
+                    )
+                )
+            )
+            or (
+                kind == "memory.memories_extracted"
+                and payload.get("source") in sources
+                and any(
+                    isinstance(m, dict) and m.get("id") == memory_id
+                    for m in payload.get("memories") or ()
+                )
+            )
+            or (
+                kind in ("memory.memory_superseded", "memory.memory_deleted")
+                and memory_id in (payload.get("memory_id"), payload.get("superseded_by"))
+            )
+            or (
+                extracted_at is not None
+                and event.seq > extracted_at
+                and payload.get("profile") in profiles
+                and (
+                    (kind == "memory.session_forgotten" and payload.get("session_id") in sessions)
+                    or kind == "memory.profile_deleted"
+                )
+            )
+        ):
+            shaped.append(event)
+    return shaped

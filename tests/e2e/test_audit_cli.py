@@ -61,3 +61,53 @@ async def test_a_sessions_trail_in_log_order_with_who_did_it(
     assert "session.message_appended" in table.stdout
     assert "agent-7" in table.stdout
     assert "no events of session 'nobody'" in missing.stderr
+
+
+async def test_a_memorys_trail_survives_its_deletion(
+    tmp_path: Path, nats_server: NatsServerProcess
+) -> None:
+    stream = "T" + uuid.uuid4().hex[:12].upper()
+    data = tmp_path / "data"
+    settings = Settings(data_dir=data, nats_url=nats_server.url, stream=stream, actor="ops@host")
+    ms = await open_memstream(settings, workers=True)
+    try:
+        alice = await ms.agent_memory().get_profile("alice")
+        bob = await ms.agent_memory().get_profile("bob")
+        kept = await alice.remember("Alice is vegetarian")
+        await bob.remember("Bob likes chess")
+        gone = await alice.remember("Alice lives in Lisbon")
+        await alice.delete(gone["id"])
+        await alice.ingest(
+            [{"role": "user", "content": "I moved to Porto last week."}], session_id="s1"
+        )
+        env = clean_env(
+            MEMSTREAM_DATA_DIR=str(data),
+            MEMSTREAM_NATS_URL=nats_server.url,
+            MEMSTREAM_STREAM=stream,
+        )
+        gone_trail = await asyncio.to_thread(json_of, env, "audit", "memory", gone["id"])
+        kept_trail = await asyncio.to_thread(
+            json_of, env, "audit", "memory", kept["id"], "--profile", "alice"
+        )
+        ingested = [m for m in (await alice.list())["memories"] if "Porto" in m["summary"]]
+        ingested_trail = await asyncio.to_thread(json_of, env, "audit", "memory", ingested[0]["id"])
+        unknown = await asyncio.to_thread(
+            memstream, env, "audit", "memory", "no-such-memory", expect=1
+        )
+    finally:
+        await ms.close()
+    assert [e["type"] for e in gone_trail] == [
+        "memory.memory_remembered",
+        "memory.memories_extracted",
+        "memory.memory_deleted",
+    ]
+    assert [e["type"] for e in kept_trail] == [
+        "memory.memory_remembered",
+        "memory.memories_extracted",
+    ]
+    assert all(e["payload"]["profile"] == "alice" for e in kept_trail + gone_trail)
+    assert [e["type"] for e in ingested_trail] == [
+        "memory.conversation_ingested",
+        "memory.memories_extracted",
+    ]
+    assert "no events of memory 'no-such-memory'" in unknown.stderr
