@@ -14,7 +14,9 @@ from memstream.domain.limits import check_session_id
 from memstream.workers.audit import AuditEvent, memory_trail, session_trail
 
 app = typer.Typer(
-    no_args_is_help=True, help="Audit trails: the events behind a session or a memory."
+    no_args_is_help=True,
+    help="Audit trails: the events behind a session or a memory.\n\n"
+    "Example: memstream audit session chat-1 --json",
 )
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (the export's objects).")]
