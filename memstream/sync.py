@@ -30,7 +30,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from memstream.client import Memstream, connect
-from memstream.domain.errors import UnavailableError
+from memstream.domain.errors import MemstreamError, UnavailableError
 
 T = TypeVar("T")
 # How long closing waits for the client to close and its loop to stop.
@@ -60,7 +60,7 @@ class LoopThread:
         """Run ``coroutine`` on the loop; the calling thread waits for its result."""
         if threading.current_thread() is self.thread:
             coroutine.close()
-            raise RuntimeError(
+            raise MemstreamError(
                 "a sync memstream client was called from its own loop's thread "
                 "(from a callback it runs): use the async client there"
             )

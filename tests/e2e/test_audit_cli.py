@@ -5,43 +5,53 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 from support.processes import clean_env, json_of, memstream
 
-from memstream.client import open_memstream
+from memstream.client import Memstream, open_memstream
 from memstream.settings import Settings
 from memstream.workers.nats_server import NatsServerProcess
 
 
-async def test_a_sessions_trail_in_log_order_with_who_did_it(
+@pytest.fixture
+async def audited(
     tmp_path: Path, nats_server: NatsServerProcess
-) -> None:
+) -> AsyncIterator[tuple[Memstream, dict[str, str]]]:
+    """A client (actor ``ops@host``) projecting in this process, and the CLI's environment
+    for the same stream and data dir."""
     stream = "T" + uuid.uuid4().hex[:12].upper()
     data = tmp_path / "data"
     settings = Settings(data_dir=data, nats_url=nats_server.url, stream=stream, actor="ops@host")
     ms = await open_memstream(settings, workers=True)
+    env = clean_env(
+        MEMSTREAM_DATA_DIR=str(data), MEMSTREAM_NATS_URL=nats_server.url, MEMSTREAM_STREAM=stream
+    )
     try:
-        manager = ms.session_manager()
-        info = await manager.create("Trip", session_id="trip")
-        agent = ms.session("trip", actor="agent-7")
-        await agent.append_message({"id": "m1", "role": "user", "content": "Lisbon?"})
-        await agent.add_context("memory")
-        await agent.replace_context_block("memory", "Likes trams")
-        await ms.session("other").append_message({"role": "user", "content": "unrelated"})
-        await agent.append_message({"id": "m2", "role": "assistant", "content": "Tram 28"})
-        env = clean_env(
-            MEMSTREAM_DATA_DIR=str(data),
-            MEMSTREAM_NATS_URL=nats_server.url,
-            MEMSTREAM_STREAM=stream,
-        )
-        # (in a thread: this test's event loop runs the projector the command waits for)
-        trail = await asyncio.to_thread(json_of, env, "audit", "session", "trip")
-        wide = {**env, "COLUMNS": "200"}
-        table = await asyncio.to_thread(memstream, wide, "audit", "session", "trip")
-        missing = await asyncio.to_thread(memstream, env, "audit", "session", "nobody", expect=1)
+        yield ms, env
     finally:
         await ms.close()
+
+
+async def test_a_sessions_trail_in_log_order_with_who_did_it(
+    audited: tuple[Memstream, dict[str, str]],
+) -> None:
+    ms, env = audited
+    manager = ms.session_manager()
+    info = await manager.create("Trip", session_id="trip")
+    agent = ms.session("trip", actor="agent-7")
+    await agent.append_message({"id": "m1", "role": "user", "content": "Lisbon?"})
+    await agent.add_context("memory")
+    await agent.replace_context_block("memory", "Likes trams")
+    await ms.session("other").append_message({"role": "user", "content": "unrelated"})
+    await agent.append_message({"id": "m2", "role": "assistant", "content": "Tram 28"})
+    # (in a thread: this test's event loop runs the projector the command waits for)
+    trail = await asyncio.to_thread(json_of, env, "audit", "session", "trip")
+    wide = {**env, "COLUMNS": "200"}
+    table = await asyncio.to_thread(memstream, wide, "audit", "session", "trip")
+    missing = await asyncio.to_thread(memstream, env, "audit", "session", "nobody", expect=1)
     assert info["id"] == "trip"
     types = [event["type"] for event in trail]
     assert types == [
@@ -64,38 +74,25 @@ async def test_a_sessions_trail_in_log_order_with_who_did_it(
 
 
 async def test_a_memorys_trail_survives_its_deletion(
-    tmp_path: Path, nats_server: NatsServerProcess
+    audited: tuple[Memstream, dict[str, str]],
 ) -> None:
-    stream = "T" + uuid.uuid4().hex[:12].upper()
-    data = tmp_path / "data"
-    settings = Settings(data_dir=data, nats_url=nats_server.url, stream=stream, actor="ops@host")
-    ms = await open_memstream(settings, workers=True)
-    try:
-        alice = await ms.agent_memory().get_profile("alice")
-        bob = await ms.agent_memory().get_profile("bob")
-        kept = await alice.remember("Alice is vegetarian")
-        await bob.remember("Bob likes chess")
-        gone = await alice.remember("Alice lives in Lisbon")
-        await alice.delete(gone["id"])
-        await alice.ingest(
-            [{"role": "user", "content": "I moved to Porto last week."}], session_id="s1"
-        )
-        env = clean_env(
-            MEMSTREAM_DATA_DIR=str(data),
-            MEMSTREAM_NATS_URL=nats_server.url,
-            MEMSTREAM_STREAM=stream,
-        )
-        gone_trail = await asyncio.to_thread(json_of, env, "audit", "memory", gone["id"])
-        kept_trail = await asyncio.to_thread(
-            json_of, env, "audit", "memory", kept["id"], "--profile", "alice"
-        )
-        ingested = [m for m in (await alice.list())["memories"] if "Porto" in m["summary"]]
-        ingested_trail = await asyncio.to_thread(json_of, env, "audit", "memory", ingested[0]["id"])
-        unknown = await asyncio.to_thread(
-            memstream, env, "audit", "memory", "no-such-memory", expect=1
-        )
-    finally:
-        await ms.close()
+    ms, env = audited
+    alice = await ms.agent_memory().get_profile("alice")
+    bob = await ms.agent_memory().get_profile("bob")
+    kept = await alice.remember("Alice is vegetarian")
+    await bob.remember("Bob likes chess")
+    gone = await alice.remember("Alice lives in Lisbon")
+    await alice.delete(gone["id"])
+    await alice.ingest(
+        [{"role": "user", "content": "I moved to Porto last week."}], session_id="s1"
+    )
+    gone_trail = await asyncio.to_thread(json_of, env, "audit", "memory", gone["id"])
+    kept_trail = await asyncio.to_thread(
+        json_of, env, "audit", "memory", kept["id"], "--profile", "alice"
+    )
+    ingested = [m for m in (await alice.list())["memories"] if "Porto" in m["summary"]]
+    ingested_trail = await asyncio.to_thread(json_of, env, "audit", "memory", ingested[0]["id"])
+    unknown = await asyncio.to_thread(memstream, env, "audit", "memory", "no-such-memory", expect=1)
     assert [e["type"] for e in gone_trail] == [
         "memory.memory_remembered",
         "memory.memories_extracted",
