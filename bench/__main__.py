@@ -50,6 +50,7 @@ BENCHMARKS = (
     "pg_history",
     "pg_agent_loop",
     "pg_recall",
+    "transfer",
 )
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from memstream import InvalidInputError, NotFoundError
+from memstream.cli.as_of import AsOfOption, reading
 from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import emit_json, note, show_blocks, stdout
 from memstream.domain.context import check_label, prompt_store_key, storage_key
@@ -35,6 +36,7 @@ def list_blocks(
     session: Annotated[
         str | None, typer.Option("--session", help="Only this session's blocks.")
     ] = None,
+    as_of: AsOfOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List the built-in context blocks of the namespace (key, label, session, tokens).
@@ -46,9 +48,8 @@ def list_blocks(
         check_session_id(session)
 
     async def main() -> list[dict[str, Any]]:
-        async with connected(settings) as ms:
-            await ms.sync("context")
-            return [_row(b) for b in ms.context_queries.blocks(ms.namespace, session)]
+        async with reading(settings, as_of, "context") as reads:
+            return [_row(b) for b in reads.context.blocks(reads.namespace, session)]
 
     blocks = run(main())
     if as_json:
@@ -59,19 +60,22 @@ def list_blocks(
 
 @app.command("show")
 def show(
-    ctx: typer.Context, label: LabelArg, session: SessionOpt = "", as_json: JsonFlag = False
+    ctx: typer.Context,
+    label: LabelArg,
+    session: SessionOpt = "",
+    as_of: AsOfOption = None,
+    as_json: JsonFlag = False,
 ) -> None:
-    """Print a built-in block's content.
+    """Print a built-in block's content (--as-of: as it was then).
 
-    Example: memstream context show memory --session chat-1
+    Example: memstream context show memory --session chat-1 --as-of 2026-01-01T00:00
     """
     settings = settings_of(ctx)
     key = storage_key(check_label(label), check_session_id(session))
 
     async def main() -> str | None:
-        async with connected(settings) as ms:
-            await ms.sync("context")
-            return ms.context_queries.block_content(ms.namespace, label, session)
+        async with reading(settings, as_of, "context") as reads:
+            return reads.context.block_content(reads.namespace, label, session)
 
     content = run(main())
     if content is None:

@@ -2,16 +2,36 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
-from typing import Annotated
+from pathlib import Path
+from typing import IO, Annotated, Any
 
 import typer
 
 from memstream import InvalidInputError, NotFoundError
 from memstream.cli.context import connected, run, settings_of, until_signal
-from memstream.cli.output import emit_json, emit_jsonl, event_line, note, show_fields
+from memstream.cli.output import (
+    emit_json,
+    emit_jsonl,
+    event_line,
+    export_line,
+    import_progress,
+    note,
+    private_output,
+    readable_file,
+    show_fields,
+)
 from memstream.domain.limits import check_int
-from memstream.workers.audit import AuditEvent, EventQuery, read_events, tail_events
+from memstream.workers.audit import (
+    AGGREGATE_KINDS,
+    AuditEvent,
+    EventQuery,
+    read_events,
+    subject_filter,
+    tail_events,
+)
+from memstream.workers.event_transfer import ImportResult, import_events
 
 app = typer.Typer(no_args_is_help=True, help="Read the log: every change, with who and why.")
 
@@ -70,7 +90,7 @@ def tail(
         async with connected(settings, workers=False) as ms:
             async for event in tail_events(ms.log, query, count=count, follow=follow):
                 if as_json:
-                    emit_jsonl(event.as_json())
+                    emit_jsonl(event.export_json())
                 else:
                     typer.echo(event_line(event))
 
@@ -101,17 +121,61 @@ def show(
 
     event = run(main())
     if as_json:
-        emit_json(event.as_json())
+        emit_json(event.export_json())
     else:
         fields = event.as_json()
         payload, headers = fields.pop("payload"), fields.pop("headers")
         show_fields({**fields, **headers, "payload": payload})
 
 
+NamespaceOption = Annotated[
+    str | None, typer.Option("--namespace", help="Only this namespace's events.")
+]
+AggregateOption = Annotated[
+    str | None,
+    typer.Option(
+        "--aggregate",
+        help=f"Only this aggregate kind's events: {', '.join(AGGREGATE_KINDS)}.",
+    ),
+]
+IdOption = Annotated[
+    str | None,
+    typer.Option("--id", help="Only this aggregate's events: a session id, a profile name, ..."),
+]
+
+
+def event_query(
+    prefix: str,
+    *,
+    subject: str | None,
+    namespace: str | None,
+    aggregate: str | None,
+    identifier: str | None,
+    **criteria: Any,
+) -> EventQuery:
+    """The query of the filter options (``--subject`` or the namespace/aggregate/id ones)."""
+    if subject is not None and (namespace, aggregate, identifier) != (None, None, None):
+        raise InvalidInputError(
+            "--subject cannot be combined with --namespace, --aggregate or --id "
+            "(they build the subject filter)"
+        )
+    if subject is None and (namespace, aggregate, identifier) != (None, None, None):
+        subject = subject_filter(
+            prefix,
+            namespace=namespace,
+            aggregate=aggregate,
+            identifier=identifier,
+        )
+    return EventQuery(subject=subject, **criteria)
+
+
 @app.command("export")
 def export(
     ctx: typer.Context,
     subject: SubjectOption = None,
+    namespace: NamespaceOption = None,
+    aggregate: AggregateOption = None,
+    identifier: IdOption = None,
     event_type: TypeOption = None,
     from_seq: Annotated[int | None, typer.Option("--from-seq", help="First sequence.")] = None,
     to_seq: Annotated[int | None, typer.Option("--to-seq", help="Last sequence.")] = None,
@@ -122,42 +186,94 @@ def export(
         str | None, typer.Option("--until", help="Stored at or before (ISO 8601; UTC default).")
     ] = None,
     output: Annotated[
-        typer.FileTextWrite | None,
+        Path | None,
         typer.Option(
             "--output",
             "-o",
-            help="Write to this file instead of stdout.",
-            lazy=False,
+            help="Write to this file (created readable by its owner only) instead of stdout.",
             metavar="FILE",
         ),
     ] = None,
 ) -> None:
-    """Export events as JSONL, one object per event.
+    """Export events as JSONL, one object per event (a backup that events import restores).
 
     Each line has seq, subject, time, type, headers (command, causation and correlation ids,
-    actor, originator id and version) and payload. Bounds are inclusive; the export ends at the
-    stream's last event when it starts.
+    actor, originator id and version), nats_headers (the headers as stored) and payload.
+    Filters combine with AND; bounds are inclusive; the export ends at the stream's last event
+    when it starts.
 
-    Example: memstream events export --type MessageAppended --since 2025-01-01 -o audit.jsonl
+    Example: memstream events export --namespace default --aggregate session -o sessions.jsonl
     """
     settings = settings_of(ctx)
-    query = EventQuery(
-        subject=subject,
-        event_type=event_type,
-        from_seq=from_seq,
-        to_seq=to_seq,
-        since=parse_time("--since", since),
-        until=parse_time("--until", until),
-    )
+    criteria: dict[str, Any] = {
+        "subject": subject,
+        "namespace": namespace,
+        "aggregate": aggregate,
+        "identifier": identifier,
+        "event_type": event_type,
+        "from_seq": from_seq,
+        "to_seq": to_seq,
+        "since": parse_time("--since", since),
+        "until": parse_time("--until", until),
+    }
+    event_query("ms", **criteria)  # bad filters fail before connecting
 
-    async def main() -> int:
+    async def main(file: IO[str]) -> int:
         exported = 0
         async with connected(settings, workers=False) as ms:
+            query = event_query(ms.log.subject_prefix, **criteria)
             async for event in read_events(ms.log, query):
-                emit_jsonl(event.as_json(), file=output)
+                file.write(export_line(event))
                 exported += 1
         return exported
 
-    exported = run(main())
-    if output is not None:
-        note(f"exported {exported} events to {output.name}")
+    if output is None:
+        run(main(sys.stdout))
+        return
+    with private_output(output) as file:
+        exported = run(main(file))
+    note(f"exported {exported} events to {output}")
+
+
+@app.command("import")
+def import_(
+    ctx: typer.Context,
+    source: Annotated[
+        Path,
+        typer.Argument(help="An export (JSONL) made by events export.", show_default=False),
+    ],
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Append to a stream that holds events already."),
+    ] = False,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="Show a progress bar on stderr.")
+    ] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Load an export into an empty stream: backup/restore, or migration between clusters.
+
+    Every event keeps its message id, command id, actor, causation, correlation and payload;
+    subjects take this stream's prefix. The whole file is checked before the first event is
+    published. The read models then build from the imported log as from any other.
+
+    Example: memstream --nats nats://other:4222 events import backup.jsonl
+    """
+    settings = settings_of(ctx)
+    path = readable_file(source)
+
+    async def main() -> ImportResult:
+        async with connected(settings, workers=False) as ms:
+            with import_progress(enabled=progress and not as_json) as (on_total, on_progress):
+                return await import_events(
+                    ms.log, path, force=force, on_total=on_total, on_progress=on_progress
+                )
+
+    result = run(main())
+    if as_json:
+        emit_json(result.as_json())
+    else:
+        note(
+            f"imported {result.stored} events ({result.duplicates} already stored); "
+            f"the stream's last sequence is {result.last_seq}"
+        )

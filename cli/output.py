@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import IO, Any
 
 import typer
@@ -23,9 +25,11 @@ from rich.text import Text
 
 from memstream.cli.demo import DemoResult
 from memstream.cli.logs import JsonFormatter
+from memstream.domain.errors import InvalidInputError
 from memstream.domain.redaction import redact
 from memstream.projections.ports import Difference
 from memstream.workers.audit import AuditEvent
+from memstream.workers.data_dir import open_private, os_reason
 from memstream.workers.rebuild import VerifyResult
 from memstream.workers.status import PlatformStatus, ProjectionStatus
 
@@ -310,6 +314,64 @@ def event_line(event: AuditEvent) -> str:
     kind = event.type.rpartition(":")[2] or "?"
     actor = event.headers.get("actor", "")
     return f"{event.seq:>8}  {event.time:%Y-%m-%d %H:%M:%S}  {event.subject}  {kind}  {actor}"
+
+
+def export_line(event: AuditEvent) -> str:
+    """One line of ``events export`` (JSON, newline-terminated)."""
+    return json.dumps(event.export_json(), ensure_ascii=False, default=str) + "\n"
+
+
+@contextmanager
+def private_output(path: Path) -> Iterator[IO[str]]:
+    """``path`` (its real path) opened for writing, created readable by its owner only.
+
+    Raises:
+        InvalidInputError: it cannot be written.
+    """
+    real = path.expanduser().resolve()
+    try:
+        fd = open_private(real, os.O_WRONLY | os.O_TRUNC)
+    except OSError as error:
+        raise InvalidInputError(f"cannot write {real}: {os_reason(error)}") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        yield file
+
+
+def readable_file(path: Path) -> Path:
+    """The real path of a regular file to read.
+
+    Raises:
+        InvalidInputError: it does not exist, is no regular file or cannot be read.
+    """
+    real = path.expanduser().resolve()
+    if not real.is_file():
+        raise InvalidInputError(f"{real} is not a file")
+    if not os.access(real, os.R_OK):
+        raise InvalidInputError(f"cannot read {real}: permission denied")
+    return real
+
+
+@contextmanager
+def import_progress(
+    *, enabled: bool
+) -> Iterator[tuple[Callable[[int], None], Callable[[int], None]]]:
+    """(on_total, on_progress) callbacks driving a progress bar of an import on stderr."""
+    done = total = 0
+    with progress_bar("importing") as update:
+
+        def on_total(count: int) -> None:
+            nonlocal total
+            total = count
+            if enabled:
+                update(done, total)
+
+        def on_progress(count: int) -> None:
+            nonlocal done
+            done += count
+            if enabled:
+                update(done, total)
+
+        yield on_total, on_progress
 
 
 @contextmanager

@@ -15,7 +15,8 @@ from memstream.cli.output import (
     show_verify,
     verify_json,
 )
-from memstream.projections.ports import PROJECTIONS
+from memstream.domain.errors import InvalidInputError
+from memstream.projections.ports import PROJECTIONS, PROJECTOR_PROJECTIONS
 from memstream.projections.read_models import open_read_models, read_models_at
 from memstream.workers.rebuild import VerifyResult, rebuild, repair, verify
 from memstream.workers.status import (
@@ -24,6 +25,7 @@ from memstream.workers.status import (
     profiles_last_seq,
     projection_statuses,
 )
+from memstream.workers.time_travel import build_as_of, parse_as_of, sequence_as_of
 
 app = typer.Typer(no_args_is_help=True, help="Read models: positions, rebuilds, checksums.")
 
@@ -69,6 +71,15 @@ def rebuild_projections(
             show_default=False,
         ),
     ] = None,
+    as_of: Annotated[
+        str | None,
+        typer.Option(
+            "--as-of",
+            help="Build the read models as they were at this stream sequence or ISO 8601 "
+            "time (UTC unless it names a zone); needs --into.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Drop projections and replay the whole log into them.
@@ -79,9 +90,17 @@ def rebuild_projections(
     --into, the live read models are left alone and the named copy is built; point
     MEMSTREAM_DATABASE_URL (or the data dir) at it and its projector carries on from there.
 
+    With --as-of and --into, the copy holds the read models as they were then (every projection
+    but vectors): an audit of a past state, or a restore point.
+
     Example: memstream projections rebuild --into postgresql://memstream@db.internal/memstream
     """
     settings = settings_of(ctx)
+    when = None if as_of is None else parse_as_of(as_of)
+    if when is not None and into is None:
+        raise InvalidInputError(
+            "--as-of builds another copy: name it with --into (the live read models stay current)"
+        )
     copy = open_read_models(settings) if into is None else read_models_at(into)
     # Before connecting, which opens the copy to read it and fails on a damaged one.
     moved = repair(copy) if copy.exists() else None
@@ -91,6 +110,9 @@ def rebuild_projections(
     async def main() -> int:
         async with connected(settings, workers=False) as ms:
             with progress_bar("rebuilding") as progress:
+                if when is not None:
+                    seq = await sequence_as_of(ms.log, when)
+                    return await build_as_of(ms.log, copy, seq, names, progress=progress)
                 # With the embedding model (loaded only if there are texts): vectors too.
                 return await rebuild(ms.log, copy, names, progress=progress, encoder=ms.encoder)
 
@@ -98,7 +120,9 @@ def rebuild_projections(
     if as_json:
         emit_json(
             {
-                "projections": list(names) if names else list(PROJECTIONS),
+                "projections": list(names)
+                if names
+                else list(PROJECTIONS if when is None else PROJECTOR_PROJECTIONS),
                 "into": copy.location,
                 "sequence": reached,
                 "moved_aside": None if moved is None else str(moved),

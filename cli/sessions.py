@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from memstream import InvalidInputError, NotFoundError, ProjectionLagError
+from memstream.cli.as_of import AsOfOption, reading
 from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import (
     emit_json,
@@ -17,7 +18,13 @@ from memstream.cli.output import (
     show_hits,
     show_sessions,
 )
-from memstream.domain.limits import SEARCH_LIMIT_MAX, check_int, check_session_id, search_query
+from memstream.domain.limits import (
+    SEARCH_LIMIT_MAX,
+    check_int,
+    check_session_id,
+    search_query,
+    storable,
+)
 from memstream.domain.session import OMITTED
 from memstream.projections.overview import session_overview
 
@@ -40,7 +47,11 @@ def _page(items: list[Any], limit: int | None, offset: int) -> list[Any]:
 
 @app.command("list")
 def list_sessions(
-    ctx: typer.Context, limit: LimitOpt = None, offset: OffsetOpt = 0, as_json: JsonFlag = False
+    ctx: typer.Context,
+    limit: LimitOpt = None,
+    offset: OffsetOpt = 0,
+    as_of: AsOfOption = None,
+    as_json: JsonFlag = False,
 ) -> None:
     """List the namespace's sessions that have had messages, with counts and times (a page
     of --limit after --offset, in the listing's order).
@@ -50,9 +61,8 @@ def list_sessions(
     settings = settings_of(ctx)
 
     async def main() -> list[dict[str, Any]]:
-        async with connected(settings) as ms:
-            await ms.sync("sessions")
-            return ms.session_queries.sessions(ms.namespace)
+        async with reading(settings, as_of, "sessions") as reads:
+            return reads.sessions.sessions(reads.namespace)
 
     sessions = _page(run(main()), limit, offset)
     if as_json:
@@ -107,21 +117,26 @@ def history(
         int,
         typer.Option("--offset", min=0, help="Skip this many of the newest first (paging back)."),
     ] = 0,
+    as_of: AsOfOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Show a session's messages from the root to a leaf.
 
     The latest leaf unless --leaf is given; compaction overlays are applied. --limit N shows
     the last N (as get_history(limit=N)); --offset M moves that window M messages back.
+    --as-of shows the path as it was then.
 
-    Example: memstream sessions history chat-1 --limit 20 --offset 20
+    Example: memstream sessions history chat-1 --as-of 2026-01-01T00:00
     """
     settings = settings_of(ctx)
 
     async def main() -> list[Any]:
-        async with connected(settings) as ms:
-            await ms.sync("sessions")
-            return list(await ms.session(session).get_history(leaf))
+        async with reading(settings, as_of, "sessions") as reads:
+            if reads.ms is not None:
+                return list(await reads.ms.session(session).get_history(leaf))
+            if leaf is not None and not storable(leaf):
+                return []
+            return list(reads.sessions.history(reads.namespace, session, leaf))
 
     messages = run(main())
     end = len(messages) - offset
@@ -140,6 +155,7 @@ def search(
         str | None, typer.Option("--session", help="Search only this session (default: all).")
     ] = None,
     limit: Annotated[int, typer.Option("--limit", help="At most this many hits.")] = 20,
+    as_of: AsOfOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Full-text search over session messages, best match first.
@@ -151,12 +167,16 @@ def search(
     text = search_query(query)  # None: matches nothing (over 4 KiB)
 
     async def main(text: str) -> list[dict[str, Any]]:
-        async with connected(settings) as ms:
-            await ms.sync("sessions")
-            if session is not None:
-                hits = await ms.session(session).search(text, limit)
+        async with reading(settings, as_of, "sessions") as reads:
+            if session is not None and reads.ms is not None:
+                hits = await reads.ms.session(session).search(text, limit)
                 return [{"session_id": session, **hit} for hit in hits]
-            return ms.session_queries.search(ms.namespace, None, text, limit)
+            if session is not None:
+                check_session_id(session)
+                found = reads.sessions.search(reads.namespace, session, text, limit)
+                fields = ("id", "role", "content", "created_at")
+                return [{"session_id": session, **{k: hit[k] for k in fields}} for hit in found]
+            return reads.sessions.search(reads.namespace, None, text, limit)
 
     hits = [] if text is None else run(main(text))
     if as_json:

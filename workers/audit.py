@@ -11,7 +11,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +23,7 @@ from nats.js import api
 
 from memstream.domain.context import document_id
 from memstream.domain.errors import InvalidInputError, MemstreamError, UnavailableError
+from memstream.domain.limits import check_namespace
 from memstream.workers.codec import (
     H_ACTOR,
     H_CAUSATION_ID,
@@ -41,7 +42,7 @@ from memstream.workers.codec import (
 from memstream.workers.event_contract import EVENT_TYPES, aggregate_id
 from memstream.workers.event_log import EventLog
 from memstream.workers.pull import Puller
-from memstream.workers.subjects import parse_subject, subject_for
+from memstream.workers.subjects import encode_token, parse_subject, subject_for
 
 logger = logging.getLogger(__name__)
 
@@ -111,9 +112,10 @@ class AuditEvent:
     type: str
     headers: dict[str, str]
     payload: Any
+    nats_headers: dict[str, str] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
-        """The JSON object of one line of an export."""
+        """The audit view as JSON: seq, subject, stored time, type, audit headers, payload."""
         return {
             "seq": self.seq,
             "subject": self.subject,
@@ -122,6 +124,47 @@ class AuditEvent:
             "headers": self.headers,
             "payload": self.payload,
         }
+
+    def export_json(self) -> dict[str, Any]:
+        """One line of an export: the audit view, and the headers the event was stored with
+        (``nats_headers``), which ``events import`` sends again."""
+        line = self.as_json()
+        line["nats_headers"] = self.nats_headers
+        line["payload"] = line.pop("payload")  # last: the biggest field
+        return line
+
+
+AGGREGATE_KINDS = ("session", "block", "search", "registry", "profile")
+
+
+def subject_filter(
+    prefix: str,
+    *,
+    namespace: str | None = None,
+    aggregate: str | None = None,
+    identifier: str | None = None,
+) -> str:
+    """The subject filter of the events of a namespace, an aggregate kind and/or one aggregate
+    (``identifier``: a session id, a profile name, ...; escaped as subjects escape it).
+
+    Raises:
+        InvalidInputError: the namespace is not a valid namespace, or the kind is none of
+            :data:`AGGREGATE_KINDS`.
+    """
+    if namespace is not None:
+        check_namespace(namespace)
+    if aggregate is not None and aggregate not in AGGREGATE_KINDS:
+        raise InvalidInputError(
+            f"aggregate {aggregate!r} is not one of {', '.join(AGGREGATE_KINDS)}"
+        )
+    return ".".join(
+        (
+            prefix,
+            namespace or "*",
+            aggregate or "*",
+            "*" if identifier is None else encode_token(identifier),
+        )
+    )
 
 
 def type_aliases(wanted: str) -> frozenset[str]:
@@ -157,9 +200,9 @@ def _audit_headers(headers: dict[str, str], payload: Any, subject: str) -> dict[
         with contextlib.suppress(MemstreamError, KeyError, TypeError, ValueError):
             namespace = parse_subject(subject).namespace
             fields["originator_id"] = str(aggregate_id(str(payload["type"]), payload, namespace))
-        for key, field in (("originator_version", "version"), ("timestamp", "time")):
-            if field in payload:
-                fields[key] = str(payload[field])
+        for key, name in (("originator_version", "version"), ("timestamp", "time")):
+            if name in payload:
+                fields[key] = str(payload[name])
     return fields
 
 
@@ -178,6 +221,7 @@ def audit_event(msg: Msg) -> AuditEvent:
         type=event_type(msg.data, headers),
         headers=_audit_headers(headers, payload, msg.subject),
         payload=payload,
+        nats_headers=headers,
     )
 
 

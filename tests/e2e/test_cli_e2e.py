@@ -85,15 +85,25 @@ def test_append_history_search_export_rebuild_verify_status(
     assert json_of(env, "sessions", "search", "ferry", "--session", "trip")[0]["id"] == "m3"
     assert json_of(env, "sessions", "search", "ferry", "--session", "other") == []
 
-    # And the export is one JSON object per event, with the audit headers and decoded payload
+    # And the export is one JSON object per event, with the audit headers, the headers as
+    # stored (what events import sends again) and the decoded payload
     export = tmp_path / "audit.jsonl"
     exported = memstream(env, "events", "export", "-o", str(export))
     assert "exported 3 events" in exported.stderr
     events = [json.loads(line) for line in export.read_text().splitlines()]
     assert [e["seq"] for e in events] == [1, 2, 3]
     for event in events:
-        assert set(event) == {"seq", "subject", "time", "type", "headers", "payload"}
+        assert set(event) == {
+            "seq",
+            "subject",
+            "time",
+            "type",
+            "headers",
+            "nats_headers",
+            "payload",
+        }
         assert set(event["headers"]) >= AUDIT_HEADERS
+        assert event["nats_headers"]["Nats-Msg-Id"] == event["headers"]["msg_id"]
         assert event["subject"] == "ms.default.session.trip"
         assert event["type"] == "session.message_appended"  # the public contract's name
         assert event["headers"]["schema"] == "1"
