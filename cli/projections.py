@@ -15,7 +15,8 @@ from memstream.cli.output import (
     show_verify,
     verify_json,
 )
-from memstream.domain.errors import InvalidInputError
+from memstream.domain.errors import InvalidInputError, MemstreamError
+from memstream.domain.redaction import redact
 from memstream.projections.ports import PROJECTIONS, PROJECTOR_PROJECTIONS
 from memstream.projections.read_models import open_read_models, read_models_at
 from memstream.workers.rebuild import VerifyResult, rebuild, repair, verify
@@ -34,6 +35,9 @@ NamesArg = Annotated[
     typer.Argument(help="Projection names (default: all).", show_default=False),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+# Exit statuses of ``verify``, for schedulers.
+VERIFY_DIFFERS = 1
+VERIFY_FAILED = 2
 
 
 @app.command("list")
@@ -148,8 +152,11 @@ def verify_projections(
 ) -> None:
     """Compare checksums of the live read models with a scratch rebuild.
 
-    Exits 1 if a checksum differs. With --as-of SEQ the scratch state is built at SEQ; it is
-    compared only with a live model that is at SEQ too.
+    Every projection but vectors by default (name vectors to embed every text again and
+    compare which items have vectors of which model). With --as-of SEQ the scratch state is
+    built at SEQ; it is compared only with a live model that is at SEQ too. Exit status, for a
+    scheduler: 0 every checksum matches, 1 a checksum differs, 2 the check could not run (NATS
+    or the database unavailable, a damaged read model, the live model not caught up in time).
 
     Example: memstream projections verify sessions --as-of 120
     """
@@ -157,12 +164,21 @@ def verify_projections(
 
     async def main() -> tuple[list[VerifyResult], dict[str, bool]]:
         async with connected(settings) as ms:
+            encoder = ms.encoder if names and "vectors" in names else None
             with progress_bar("verifying") as progress:
-                results = await verify(ms.log, ms.copy, names, as_of=as_of, progress=progress)
+                results = await verify(
+                    ms.log, ms.copy, names, as_of=as_of, progress=progress, encoder=encoder
+                )
             tracked = {s.name: s.tracked_seq for s in projection_statuses(ms.read_models, 0)}
             return results, {r.projection: tracked[r.projection] == r.seq for r in results}
 
-    results, comparable = run(main())
+    try:
+        results, comparable = run(main())
+    except InvalidInputError:
+        raise
+    except MemstreamError as error:
+        note(f"error: could not verify: {redact(' '.join(str(error).split()))}")
+        raise typer.Exit(VERIFY_FAILED) from None
     if as_json:
         emit_json(verify_json(results, comparable))
     else:
@@ -170,7 +186,7 @@ def verify_projections(
     different = [r.projection for r in results if comparable[r.projection] and not r.ok]
     if different:
         note(f"error: checksums differ for {', '.join(different)}")
-        raise typer.Exit(1)
+        raise typer.Exit(VERIFY_DIFFERS)
 
 
 @app.command("forget-copy")

@@ -4,7 +4,9 @@ cached copy, and ``projections rebuild --as-of --into`` builds the read models a
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -155,3 +157,29 @@ def test_the_cache_keeps_the_most_recently_used(tmp_path: Path) -> None:
     deleted = prune_cache(tmp_path, keep=2)
     assert sorted(p.name for p in deleted) == ["S-0", "S-1", "S-2"]
     assert sorted(p.name for p in root.iterdir()) == ["S-3", "S-4"]
+
+
+async def test_verify_exit_status_tells_a_scheduler_what_happened(
+    history: tuple[Memstream, dict[str, str], dict[str, Any]],
+) -> None:
+    """0: every checksum matches; 1: one differs (a row changed behind the log's back); 2: the
+    check could not run (NATS unreachable)."""
+    ms, env, _ = history
+    database = ms.settings.data_dir / "memstream.db"
+    unreachable = {**env, "MEMSTREAM_NATS_URL": "nats://127.0.0.1:1"}
+
+    def work() -> tuple[Any, Any, Any]:
+        good = memstream(env, "projections", "verify", "sessions", "context")
+        with sqlite3.connect(database) as tamper:
+            tamper.execute("UPDATE messages SET content = '{\"id\":\"forged\"}' WHERE id = 'm2'")
+        bad = memstream(env, "projections", "verify", "sessions", "--json", expect=1)
+        down = memstream(unreachable, "projections", "verify", expect=2)
+        return good, bad, down
+
+    good, bad, down = await asyncio.to_thread(work)
+    assert "error" not in good.stderr
+    report = json.loads(bad.stdout)
+    assert [(r["projection"], r["ok"]) for r in report] == [("sessions", False)]
+    assert "checksums differ for sessions" in bad.stderr
+    assert "could not verify" in down.stderr
+    assert "cannot reach NATS" in down.stderr
