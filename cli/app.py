@@ -19,6 +19,7 @@ from memstream.cli import (
     platform,
     projections,
     sessions,
+    stats,
     status,
 )
 from memstream.cli.context import GlobalOptions
@@ -148,6 +149,7 @@ app.command("worker")(platform.worker)
 app.command("status")(status.status)
 app.command("append")(sessions.append)
 app.command("mcp")(mcp.mcp)
+app.command("stats")(stats.stats)
 for name, command in (
     ("create", manager.create),
     ("rename", manager.rename),

@@ -316,6 +316,39 @@ def event_line(event: AuditEvent) -> str:
     return f"{event.seq:>8}  {event.time:%Y-%m-%d %H:%M:%S}  {event.subject}  {kind}  {actor}"
 
 
+def show_stats(rows: Sequence[dict[str, Any]], dimensions: Sequence[str]) -> None:
+    """Daily volumes: one row per group, a column per volume (memories: their sum)."""
+    table = _table(
+        "daily volumes",
+        *dimensions,
+        "sessions",
+        "messages",
+        "input tokens",
+        "output tokens",
+        "cost",
+        "memories",
+        "remembered",
+        "ingested",
+        "ingested bytes",
+    )
+    for row in rows:
+        table.add_row(
+            *_cells(
+                *(row[d] or "-" for d in dimensions),
+                row["sessions"],
+                row["messages"],
+                row["input_tokens"],
+                row["output_tokens"],
+                f"{row['cost']:.4f}",
+                sum(row["memories"].values()),
+                row["remembered"],
+                row["ingested_messages"],
+                row["ingested_bytes"],
+            )
+        )
+    stdout().print(table)
+
+
 def export_line(event: AuditEvent) -> str:
     """One line of ``events export`` (JSON, newline-terminated)."""
     return json.dumps(event.export_json(), ensure_ascii=False, default=str) + "\n"

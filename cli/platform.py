@@ -98,8 +98,9 @@ def worker(
     name: Annotated[
         str,
         typer.Argument(
-            help="The worker to run: projector (every read model but vectors), indexer (the "
-            "vectors: an embedding model), extractor (memories from ingests).",
+            help="The worker to run: projector (every read model but vectors and analytics), "
+            "indexer (the vectors: an embedding model), analytics (daily volumes: memstream "
+            "stats), extractor (memories from ingests).",
             show_default=False,
         ),
     ],
@@ -114,8 +115,8 @@ def worker(
         str | None,
         typer.Option(
             "--projections",
-            help="Comma-separated projections a projector runs (default: all but vectors, "
-            "which the indexer runs): "
+            help="Comma-separated projections a projector runs (default: all but vectors and "
+            "analytics, which the indexer and the analytics worker run): "
             + ", ".join(f"{spec.name} ({spec.holds})" for spec in REGISTRY)
             + ". Projectors of other projections of the same data dir may run beside it, each "
             "with its own consumer.",

@@ -17,7 +17,7 @@ from memstream.cli.output import (
 )
 from memstream.domain.errors import InvalidInputError, MemstreamError
 from memstream.domain.redaction import redact
-from memstream.projections.ports import PROJECTIONS, PROJECTOR_PROJECTIONS
+from memstream.projections.ports import MODEL_FREE_PROJECTIONS, PROJECTIONS
 from memstream.projections.read_models import open_read_models, read_models_at
 from memstream.workers.rebuild import VerifyResult, rebuild, repair, verify
 from memstream.workers.status import (
@@ -126,7 +126,7 @@ def rebuild_projections(
             {
                 "projections": list(names)
                 if names
-                else list(PROJECTIONS if when is None else PROJECTOR_PROJECTIONS),
+                else list(PROJECTIONS if when is None else MODEL_FREE_PROJECTIONS),
                 "into": copy.location,
                 "sequence": reached,
                 "moved_aside": None if moved is None else str(moved),

@@ -32,6 +32,7 @@ from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
 from memstream.llm_extractor import extractor_from_settings
 from memstream.projections.ports import (
+    ANALYTICS_PROJECTIONS,
     INDEXER_PROJECTIONS,
     PROJECTIONS,
     PROJECTOR_PROJECTIONS,
@@ -82,6 +83,9 @@ R = TypeVar("R")
 
 # How long the in-process projector gathers a burst of writes before committing it.
 PROJECTOR_LINGER = DEFAULT_LINGER
+# The analytics worker gathers up to this long per transaction: nothing a request reads waits
+# for it (``stats`` waits for it at most this long more).
+ANALYTICS_LINGER = 0.5
 # How long commands are decided on the log alone after the read model's server was away.
 READ_MODEL_RETRY_SECONDS = 2.0
 # How long a clean close waits for its own projector to project this client's writes.
@@ -113,6 +117,7 @@ class Memstream:
         # False: applied after it, for a reader (_apply_own), or when delivered.
         self.overlap_writes = True
         self.indexer: ProjectorWorker | None = None
+        self.analytics: ProjectorWorker | None = None
         self.extractor: ExtractorWorker | None = None
         # The embedding model: the indexer's and recall's, loaded at its first use.
         self.encoder = LazyEncoder(settings.embedding_model)
@@ -363,7 +368,7 @@ class Memstream:
     def _projector_running(self, projection: str) -> bool:
         """Whether a projector of this process reports ``projection``'s commits to the readers
         here."""
-        for projector in (self.projector, self.indexer):
+        for projector in (self.projector, self.indexer, self.analytics):
             if (
                 projector is not None
                 and projector.running
@@ -424,6 +429,26 @@ class Memstream:
         """A Session builder for ``session_id`` (``""`` is the default session). ``actor``
         names who causes the session's events (default: this client's :attr:`actor`)."""
         return Session(self, session_id, actor=actor)
+
+    async def stats(
+        self,
+        *,
+        since: str | None = None,
+        until: str | None = None,
+        all_namespaces: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Daily volumes from the analytics projection: one row per namespace (this client's,
+        or every one), UTC day (``since``/``until``: ISO dates, inclusive), model and source,
+        with ``sessions``, ``messages``, ``input_tokens``, ``output_tokens``, ``cost``,
+        ``memories`` (by type), ``remembered``, ``ingested_messages``, ``ingested_bytes``.
+
+        Raises:
+            ProjectionLagError: the analytics worker did not catch up within the read timeout
+                (none runs?).
+        """
+        await self.sync("analytics")
+        namespace = None if all_namespaces else self.namespace
+        return self.read_models.analytics.daily(namespace, since, until)
 
     def session_manager(self) -> SessionManager:
         """A SessionManager of this client's namespace: registered sessions with names, usage,
@@ -644,6 +669,19 @@ class Memstream:
             logger.warning("not indexing %s here: %s", self.settings.data_dir, error)
         else:
             self.indexer.start()
+        try:
+            self.analytics = ProjectorWorker.open(
+                self.log,
+                self.copy,
+                ANALYTICS_PROJECTIONS,
+                on_commit=partial(self._advance, ANALYTICS_PROJECTIONS),
+                batch_size=1000,
+                linger=ANALYTICS_LINGER,
+            )
+        except MemstreamError as error:  # e.g. an analytics worker runs for this copy elsewhere
+            logger.warning("not counting analytics of %s here: %s", self.settings.data_dir, error)
+        else:
+            self.analytics.start()
         self.extractor = ExtractorWorker(
             self.log, extractor_from_settings(self.settings), embed=self._embed
         )
@@ -708,6 +746,9 @@ class Memstream:
             if self.indexer is not None:
                 await self.indexer.close()
                 self.indexer = None
+            if self.analytics is not None:
+                await self.analytics.close()
+                self.analytics = None
             await self.projector.close()
             self.projector = None
         with contextlib.suppress(Exception):

@@ -59,13 +59,21 @@ REGISTRY: tuple[ProjectionSpec, ...] = (
     # Run by the indexer (it embeds texts with a model: slow, so apart from the others).
     # v2: a memory made from messages is embedded without their text (they have vectors).
     ProjectionSpec("vectors", 2, "embeddings of memories and raw messages"),
+    # Run by the analytics worker (a consumer of its own: volumes may lag, reads never wait).
+    ProjectionSpec("analytics", 1, "daily volumes per namespace, model and source"),
 )
 # Their names, in that order (what a rebuild rebuilds unless told otherwise).
 PROJECTIONS: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)
 # What the indexer worker runs (a model embeds texts: seconds per batch) ...
 INDEXER_PROJECTIONS: tuple[str, ...] = ("vectors",)
+# ... what the analytics worker runs (daily volumes: nothing a request reads waits for them) ...
+ANALYTICS_PROJECTIONS: tuple[str, ...] = ("analytics",)
 # ... and what the projector worker runs unless told otherwise: all the others.
 PROJECTOR_PROJECTIONS: tuple[str, ...] = tuple(
+    name for name in PROJECTIONS if name not in INDEXER_PROJECTIONS + ANALYTICS_PROJECTIONS
+)
+# Every projection built without an embedding model (a rebuild's or verify's default then).
+MODEL_FREE_PROJECTIONS: tuple[str, ...] = tuple(
     name for name in PROJECTIONS if name not in INDEXER_PROJECTIONS
 )
 # Projections that read only Agent Memory events (their consumers filter on profile subjects).
@@ -362,6 +370,18 @@ class RegistryQueries(Protocol):
     def count(self, namespace: str) -> int: ...
 
 
+class AnalyticsQueries(Protocol):
+    """Reads of the analytics projection."""
+
+    def daily(
+        self, namespace: str | None, since: str | None = None, until: str | None = None
+    ) -> list[dict[str, Any]]:
+        """One row per namespace (every one when ``None``), day (ISO dates, bounds
+        inclusive), model and source: ``sessions`` (first seen that day), ``messages``,
+        ``input_tokens``, ``output_tokens``, ``cost``, ``memories`` (by type), ``remembered``,
+        ``ingested_messages``, ``ingested_bytes``; ordered by day."""
+
+
 class VectorSearch(Protocol):
     """Nearest vectors by cosine similarity: a profile's vectors of one kind, searched in
     memory (:class:`memstream.projections.vector_search.VectorIndex`) or by the database."""
@@ -468,6 +488,9 @@ class ReadModels(Protocol):
 
     @property
     def memory(self) -> MemoryQueries: ...
+
+    @property
+    def analytics(self) -> AnalyticsQueries: ...
 
     @property
     def identity(self) -> Hashable | None:

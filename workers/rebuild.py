@@ -10,8 +10,8 @@ from nats.js import api
 
 from memstream.domain.errors import ReadModelDamagedError, UnavailableError
 from memstream.projections.ports import (
+    MODEL_FREE_PROJECTIONS,
     PROJECTIONS,
-    PROJECTOR_PROJECTIONS,
     Difference,
     ProjectorStats,
     ReadModelCopy,
@@ -189,7 +189,7 @@ async def verify(
 
 def _every(encoder: TextEncoder | None) -> tuple[str, ...]:
     """What "every projection" is: without an embedding model, all but ``vectors``."""
-    return PROJECTIONS if encoder is not None else PROJECTOR_PROJECTIONS
+    return PROJECTIONS if encoder is not None else MODEL_FREE_PROJECTIONS
 
 
 def _compare(

@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.ports import INDEXER_PROJECTIONS, PROJECTOR_PROJECTIONS
+from memstream.projections.ports import (
+    ANALYTICS_PROJECTIONS,
+    INDEXER_PROJECTIONS,
+    PROJECTOR_PROJECTIONS,
+)
 from memstream.projections.read_models import open_read_models
 from memstream.workers.event_log import EventLog, connect_nats
 from memstream.workers.extractor import ExtractorWorker
@@ -23,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 # projector: every read model but vectors; indexer: the vectors (an embedding model);
 # extractor: memories from ingests (into the log; no read model).
-WORKERS = ("projector", "indexer", "extractor")
+WORKERS = ("projector", "indexer", "analytics", "extractor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +51,13 @@ class WorkerConfig:
 
 
 def worker_projections(name: str, projections: tuple[str, ...]) -> tuple[str, ...]:
-    """The projections worker ``name`` runs: the indexer's are fixed, a projector's chosen."""
-    return INDEXER_PROJECTIONS if name == "indexer" else projections
+    """The projections worker ``name`` runs: the indexer's and the analytics worker's are
+    fixed, a projector's chosen."""
+    if name == "indexer":
+        return INDEXER_PROJECTIONS
+    if name == "analytics":
+        return ANALYTICS_PROJECTIONS
+    return projections
 
 
 def offline_extractor() -> Any:

@@ -22,7 +22,7 @@ from nats.js import api
 
 from memstream.domain.errors import InvalidInputError, ReadModelDamagedError, UnavailableError
 from memstream.projections.ports import (
-    PROJECTOR_PROJECTIONS,
+    MODEL_FREE_PROJECTIONS,
     ReadModelCopy,
     ReadModels,
     select_projections,
@@ -108,11 +108,11 @@ async def build_as_of(
     Raises:
         InvalidInputError: an unknown projection name.
     """
-    selected = select_projections(names, PROJECTOR_PROJECTIONS)
-    if not set(selected) <= set(PROJECTOR_PROJECTIONS):
+    selected = select_projections(names, MODEL_FREE_PROJECTIONS)
+    if not set(selected) <= set(MODEL_FREE_PROJECTIONS):
         raise InvalidInputError(
-            f"--as-of builds {', '.join(PROJECTOR_PROJECTIONS)}; not "
-            f"{', '.join(sorted(set(selected) - set(PROJECTOR_PROJECTIONS)))} (embeddings are "
+            f"--as-of builds {', '.join(MODEL_FREE_PROJECTIONS)}; not "
+            f"{', '.join(sorted(set(selected) - set(MODEL_FREE_PROJECTIONS)))} (embeddings are "
             "made again by a full rebuild)"
         )
     store = copy.store(selected)

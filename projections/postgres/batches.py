@@ -24,6 +24,7 @@ import psycopg
 from psycopg import errors
 
 from memstream.domain.errors import InvalidInputError
+from memstream.projections.analytics_writes import AnalyticsBatch, project_analytics_event
 from memstream.projections.context_writes import project_context_event
 from memstream.projections.memory_writes import project_memory_event
 from memstream.projections.ports import (
@@ -36,6 +37,7 @@ from memstream.projections.ports import (
     StoreBusy,
     TextEncoder,
 )
+from memstream.projections.postgres.analytics import write_analytics
 from memstream.projections.postgres.context_writer import apply_context_writes
 from memstream.projections.postgres.memory_writer import (
     apply_memory_writes,
@@ -206,11 +208,32 @@ class PgVectorProjection:
         pass
 
 
+class PgAnalyticsProjection:
+    """Daily volumes per namespace, model and source: a batch's increments are summed here
+    and written before it commits (two statements per batch)."""
+
+    name = "analytics"
+
+    def __init__(self) -> None:
+        self.batch = AnalyticsBatch()
+
+    def apply(self, connection: Connection, namespace: str, seq: int, event: object) -> None:
+        self.batch.add(project_analytics_event(namespace, event))
+
+    def forget(self) -> None:
+        self.batch.forget()
+
+    def before_commit(self, connection: Connection) -> None:
+        if self.batch:
+            write_analytics(connection, *self.batch.take())
+
+
 _TYPES: dict[str, Any] = {
     "sessions": PgSessionProjection,
     "context": PgContextProjection,
     "registry": PgRegistryProjection,
     "memory": PgMemoryProjection,
+    "analytics": PgAnalyticsProjection,
 }
 
 

@@ -134,6 +134,18 @@ _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
             f"item_id {_C}",
         ),
     ),
+    "analytics": (
+        (
+            "daily counters",
+            "SELECT namespace, day, model, source, metric, value FROM analytics_daily "
+            f"ORDER BY namespace {_C}, day {_C}, model {_C}, source {_C}, metric {_C}",
+        ),
+        (
+            "sessions",
+            "SELECT namespace, session_id, first_day, model, source, registered "
+            f"FROM analytics_sessions ORDER BY namespace {_C}, session_id {_C}",
+        ),
+    ),
 }
 
 

@@ -28,6 +28,7 @@ from memstream.projections.ports import (
     SnapshotSource,
     TextEncoder,
 )
+from memstream.projections.postgres.analytics import PgAnalyticsQueries
 from memstream.projections.postgres.connection import connect, describe, unavailable
 from memstream.projections.postgres.context_queries import PgContextQueries
 from memstream.projections.postgres.locks import PostgresProjectorLock
@@ -71,6 +72,7 @@ class PostgresReadModels:
         self.context = PgContextQueries(self.reads)
         self.registry = PgRegistryQueries(self.reads)
         self.memory = PgMemoryQueries(self.reads)
+        self.analytics = PgAnalyticsQueries(self.reads)
 
     @property
     def identity(self) -> Hashable | None:

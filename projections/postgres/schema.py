@@ -288,6 +288,30 @@ MIGRATIONS: tuple[Migration, ...] = (
             (namespace, profile, kind, seq);
         """,
     ),
+    Migration(
+        5,
+        "analytics: daily counters per namespace, model and source; sessions' first days",
+        f"""
+        CREATE TABLE {SCHEMA}.analytics_daily (
+            namespace TEXT NOT NULL,
+            day TEXT NOT NULL,
+            model TEXT NOT NULL,
+            source TEXT NOT NULL,
+            metric TEXT NOT NULL,
+            value BIGINT NOT NULL,
+            PRIMARY KEY (namespace, day, model, source, metric)
+        );
+        CREATE TABLE {SCHEMA}.analytics_sessions (
+            namespace TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            first_day TEXT NOT NULL,
+            model TEXT NOT NULL,
+            source TEXT NOT NULL,
+            registered INTEGER NOT NULL,
+            PRIMARY KEY (namespace, session_id)
+        );
+        """,
+    ),
 )
 # The text search configuration of every full-text column: English stemming (Snowball) without
 # a stop-word list, as SQLite's porter tokenizer indexes every word ("could you help" is a

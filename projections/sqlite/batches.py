@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memstream.domain.errors import InvalidInputError
+from memstream.projections.analytics_writes import AnalyticsBatch, project_analytics_event
 from memstream.projections.context_writes import project_context_event
 from memstream.projections.memory_writes import project_memory_event
 from memstream.projections.ports import (
@@ -35,6 +36,7 @@ from memstream.projections.registry_writes import (
     project_registry_event,
 )
 from memstream.projections.session_writes import project_session_event
+from memstream.projections.sqlite.analytics import write_analytics
 from memstream.projections.sqlite.checkpointer import Checkpointer
 from memstream.projections.sqlite.context_writer import apply_context_writes
 from memstream.projections.sqlite.damage import damaged, is_damage
@@ -206,11 +208,34 @@ class VectorProjection:
         pass
 
 
+class AnalyticsProjection:
+    """Daily volumes per namespace, model and source: a batch's increments are summed here
+    and written before it commits (two statements per batch)."""
+
+    name = "analytics"
+
+    def __init__(self) -> None:
+        self.batch = AnalyticsBatch()
+
+    def apply(
+        self, connection: sqlite3.Connection, namespace: str, seq: int, event: object
+    ) -> None:
+        self.batch.add(project_analytics_event(namespace, event))
+
+    def forget(self) -> None:
+        self.batch.forget()
+
+    def before_commit(self, connection: sqlite3.Connection) -> None:
+        if self.batch:
+            write_analytics(connection, *self.batch.take())
+
+
 _PROJECTION_TYPES: dict[str, Any] = {
     "sessions": SessionProjection,
     "context": ContextProjection,
     "registry": RegistryProjection,
     "memory": MemoryProjection,
+    "analytics": AnalyticsProjection,
 }
 
 

@@ -147,6 +147,18 @@ _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
             "FROM memory_vectors ORDER BY namespace, profile, kind, item_id",
         ),
     ),
+    "analytics": (
+        (
+            "daily counters",
+            "SELECT namespace, day, model, source, metric, value FROM analytics_daily "
+            "ORDER BY namespace, day, model, source, metric",
+        ),
+        (
+            "sessions",
+            "SELECT namespace, session_id, first_day, model, source, registered "
+            "FROM analytics_sessions ORDER BY namespace, session_id",
+        ),
+    ),
 }
 
 

@@ -22,7 +22,7 @@ from memstream.projections.sqlite.damage import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 # ``PRAGMA application_id`` of a memstream read model ("MSDB"), set by migration
 # APPLICATION_ID_VERSION. A database at a lower version without it is an older memstream read
 # model; any other non-empty database without it is foreign.
@@ -389,6 +389,28 @@ _MIGRATIONS: dict[int, str] = {
     14: """
     CREATE INDEX memory_vectors_state ON memory_vectors (namespace, profile, kind, seq);
     """,
+    # The analytics projection: daily counters per namespace, model and source, and each
+    # session's model, source and first day (the sessions per day).
+    15: """
+    CREATE TABLE analytics_daily (
+        namespace TEXT NOT NULL,
+        day TEXT NOT NULL,
+        model TEXT NOT NULL,
+        source TEXT NOT NULL,
+        metric TEXT NOT NULL,
+        value INTEGER NOT NULL,
+        PRIMARY KEY (namespace, day, model, source, metric)
+    ) WITHOUT ROWID;
+    CREATE TABLE analytics_sessions (
+        namespace TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        first_day TEXT NOT NULL,
+        model TEXT NOT NULL,
+        source TEXT NOT NULL,
+        registered INTEGER NOT NULL,
+        PRIMARY KEY (namespace, session_id)
+    ) WITHOUT ROWID;
+    """,
 }
 
 # Tables each projection owns: dropped and rebuilt together by ``projections rebuild``.
@@ -414,6 +436,7 @@ PROJECTION_TABLES: dict[str, tuple[str, ...]] = {
         "memory_extractions",
     ),
     "vectors": ("memory_vectors",),
+    "analytics": ("analytics_daily", "analytics_sessions"),
 }
 
 # How a table is emptied where DELETE cannot (a contentless FTS5 table).

@@ -32,6 +32,7 @@ from memstream.projections.ports import (
     TextEncoder,
     run_steps,
 )
+from memstream.projections.sqlite.analytics import SqliteAnalyticsQueries
 from memstream.projections.sqlite.batches import (
     BatchMemo,
     BatchTransaction,
@@ -233,6 +234,7 @@ class SqliteReadModels:
         self.context = guarded(SqliteContextQueries(reads), on_damage)
         self.registry = guarded(SqliteRegistryQueries(reads), on_damage)
         self.memory = guarded(SqliteMemoryQueries(reads), on_damage)
+        self.analytics = guarded(SqliteAnalyticsQueries(reads), on_damage)
 
     def _lend(self) -> sqlite3.Connection | None:
         """The lender's connection, when it has one idle on the file read here."""

@@ -456,6 +456,56 @@ class ReadModelStoreContract:
         assert context.entry_count(NS, "kb") == 2
         assert [k for k, _ in context.search_entries(NS, "kb", "loyal", 5)] == ["k2"]
 
+    def test_analytics_count_in_log_order_whatever_the_batching(
+        self, copy: ReadModelCopy, reader: ReadModels
+    ) -> None:
+        """Daily volumes: a count is for the model and source its session had at that point
+        of the log (a registration after messages re-attributes only what follows), and one
+        batch or one event per batch gives the same rows and checksum."""
+        log = RecordedLog()
+        entries = log.record(every_event())
+        entries += log.registry("r", lambda r: r.create("R", model="m1", source="web"))
+        entries += log.session("r", lambda s: s.append_messages([msg("r1"), msg("r2")]))
+        entries += log.registry("r", lambda r: r.add_usage(100, 20, 0.25))
+        entries += log.session("late", lambda s: s.append_message(msg("l1")))
+        entries += log.registry("late", lambda r: r.create("L", model="m2"))
+        entries += log.session("late", lambda s: s.append_message(msg("l2")))
+        entries += log.registry("late", lambda r: r.add_usage(7, 3, 0.1))
+        store = copy.store(["analytics"])
+        try:
+            store.apply(entries, ProjectorStats())
+            whole = reader.analytics.daily(None)
+            summed = store.checksum("analytics")
+            store.drop("analytics")
+            for entry in entries:
+                store.apply([entry], ProjectorStats())
+            one_by_one = reader.analytics.daily(None)
+            assert store.checksum("analytics") == summed
+        finally:
+            store.close()
+        assert one_by_one == whole
+        by_model = {(row["model"], row["source"]): row for row in whole}
+        assert set(by_model) == {("", ""), ("gpt-x", "cli"), ("m1", "web"), ("m2", "")}
+        plain, trip, r, late = (
+            by_model[("", "")],
+            by_model[("gpt-x", "cli")],
+            by_model[("m1", "web")],
+            by_model[("m2", "")],
+        )
+        # every_event(): session s (3 messages, then registered as gpt-x/cli with usage), an
+        # ingest of one message, two memories (facts) and one remembered text, in session s1.
+        # A session counts on its first day under the model and source it has now; a message
+        # under those its session had then.
+        assert (plain["sessions"], plain["messages"]) == (0, 3 + 1)  # s's, and late's l1
+        assert (trip["sessions"], trip["messages"], trip["input_tokens"]) == (1, 0, 120)
+        assert (trip["output_tokens"], trip["cost"]) == (30, 0.0042)
+        assert (plain["ingested_messages"], plain["remembered"]) == (1, 1)
+        assert plain["ingested_bytes"] == len(b"I live in Lisbon")
+        assert plain["memories"] == {"fact": 2, "event": 0, "instruction": 0, "task": 0, "other": 0}
+        assert (r["sessions"], r["messages"], r["input_tokens"], r["cost"]) == (1, 2, 100, 0.25)
+        assert (late["sessions"], late["messages"], late["output_tokens"]) == (1, 1, 3)
+        assert reader.analytics.daily("other") == []
+
     def test_the_reader_and_the_store_see_one_copy(
         self, copy: ReadModelCopy, store: ReadModelStore, reader: ReadModels
     ) -> None:

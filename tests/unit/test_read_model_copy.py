@@ -38,8 +38,9 @@ def test_one_copy_has_one_projector_lock(tmp_path: Path) -> None:
         # When another holder asks for it (another open file: flock is per open file)
         with pytest.raises(ProjectorRunningError) as refused:
             ProjectorLock.acquire(database, "abc")
-        # Then it is refused, naming the copy and the holder
-        assert f"read-model copy abc ({database}), projection context" in str(refused.value)
+        # Then it is refused, naming the copy, the first projection held (in name order) and
+        # the holder
+        assert f"read-model copy abc ({database}), projection analytics" in str(refused.value)
         assert f"process {os.getpid()} on " in str(refused.value)
         # And the lock files are readable by their owner only
         for projection in ("sessions", "context"):

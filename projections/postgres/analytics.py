@@ -1,0 +1,80 @@
+"""The analytics read model on PostgreSQL: a batch's counters and sessions written with one
+statement each, and the daily volumes read back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from memstream.projections.analytics_rows import daily_rows
+from memstream.projections.analytics_writes import CountRow, SessionRow
+from memstream.projections.postgres.reads import Executes
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+# A count for a session is for its model and source as the sessions table holds them (written
+# after the counts of the same batch: the table is still as it was when the batch began).
+# Counts that land on one counter are summed first (one statement may not update a row twice).
+_COUNTS = (
+    "INSERT INTO analytics_daily (namespace, day, model, source, metric, value) "
+    "SELECT c.ns, c.day, coalesce(c.model, s.model, ''), coalesce(c.source, s.source, ''), "
+    "c.metric, sum(c.amount) "
+    "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
+    "%s::bigint[]) AS c (ns, day, metric, model, source, sid, amount) "
+    "LEFT JOIN analytics_sessions AS s ON s.namespace = c.ns AND s.session_id = c.sid "
+    "GROUP BY 1, 2, 3, 4, 5 "
+    "ON CONFLICT (namespace, day, model, source, metric) "
+    "DO UPDATE SET value = analytics_daily.value + excluded.value"
+)
+_SESSIONS = (
+    "INSERT INTO analytics_sessions (namespace, session_id, first_day, model, source, "
+    "registered) SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], "
+    "%s::text[], %s::int[]) ON CONFLICT (namespace, session_id) DO UPDATE SET "
+    "model = CASE WHEN excluded.registered = 1 THEN excluded.model "
+    "ELSE analytics_sessions.model END, "
+    "source = CASE WHEN excluded.registered = 1 THEN excluded.source "
+    "ELSE analytics_sessions.source END, "
+    "registered = CASE WHEN excluded.registered = 1 THEN 1 "
+    "ELSE analytics_sessions.registered END"
+)
+
+
+def write_analytics(
+    connection: Connection, counts: list[CountRow], sessions: list[SessionRow]
+) -> None:
+    """Write a batch's rows inside the caller's transaction: counts first, then sessions (one
+    row per session, as :func:`~memstream.projections.analytics_writes.merged_sightings`
+    gives them)."""
+    if counts:
+        connection.execute(
+            _COUNTS, [list(column) for column in zip(*counts, strict=True)], prepare=False
+        )
+    if sessions:
+        connection.execute(
+            _SESSIONS, [list(column) for column in zip(*sessions, strict=True)], prepare=False
+        )
+
+
+class PgAnalyticsQueries:
+    """Daily volumes per namespace, model and source."""
+
+    def __init__(self, connection: Executes) -> None:
+        self.connection = connection
+
+    def daily(
+        self, namespace: str | None, since: str | None = None, until: str | None = None
+    ) -> list[dict[str, Any]]:
+        params = (namespace, namespace, since or "", until or "9999-12-31")
+        counters = self.connection.execute(
+            "SELECT namespace, day, model, source, metric, value FROM analytics_daily "
+            "WHERE (%s::text IS NULL OR namespace = %s) AND day >= %s AND day <= %s",
+            params,
+        ).fetchall()
+        sessions = self.connection.execute(
+            "SELECT namespace, first_day, model, source, count(*) FROM analytics_sessions "
+            "WHERE (%s::text IS NULL OR namespace = %s) AND first_day >= %s "
+            "AND first_day <= %s GROUP BY namespace, first_day, model, source",
+            params,
+        ).fetchall()
+        return daily_rows(counters, sessions)

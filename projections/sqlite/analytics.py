@@ -1,0 +1,67 @@
+"""The analytics read model on SQLite: a batch's counters and sessions written at once, and
+the daily volumes read back."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from memstream.projections.analytics_rows import daily_rows
+from memstream.projections.analytics_writes import CountRow, SessionRow
+from memstream.projections.sqlite.read_connection import Reads
+
+# A count for a session is for its model and source as the sessions table holds them (written
+# after the counts of the same batch: the table is still as it was when the batch began).
+_COUNT = (
+    "INSERT INTO analytics_daily (namespace, day, model, source, metric, value) "
+    "SELECT ?1, ?2, coalesce(?4, s.model, ''), coalesce(?5, s.source, ''), ?3, ?7 "
+    "FROM (SELECT 1) LEFT JOIN analytics_sessions AS s "
+    "ON s.namespace = ?1 AND s.session_id = ?6 WHERE true "
+    "ON CONFLICT (namespace, day, model, source, metric) "
+    "DO UPDATE SET value = analytics_daily.value + excluded.value"
+)
+_SESSION = (
+    "INSERT INTO analytics_sessions (namespace, session_id, first_day, model, source, "
+    "registered) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, session_id) DO UPDATE SET "
+    "model = CASE WHEN excluded.registered = 1 THEN excluded.model "
+    "ELSE analytics_sessions.model END, "
+    "source = CASE WHEN excluded.registered = 1 THEN excluded.source "
+    "ELSE analytics_sessions.source END, "
+    "registered = CASE WHEN excluded.registered = 1 THEN 1 "
+    "ELSE analytics_sessions.registered END"
+)
+
+
+def write_analytics(
+    connection: sqlite3.Connection, counts: list[CountRow], sessions: list[SessionRow]
+) -> None:
+    """Write a batch's rows inside the caller's transaction: counts first, then sessions."""
+    if counts:
+        connection.executemany(_COUNT, counts)
+    if sessions:
+        connection.executemany(_SESSION, sessions)
+
+
+class SqliteAnalyticsQueries:
+    """Daily volumes per namespace, model and source."""
+
+    def __init__(self, connection: Reads) -> None:
+        self.connection = connection
+
+    def daily(
+        self, namespace: str | None, since: str | None = None, until: str | None = None
+    ) -> list[dict[str, Any]]:
+        where = "(?1 IS NULL OR namespace = ?1) AND day >= ?2 AND day <= ?3"
+        params = (namespace, since or "", until or "9999-12-31")
+        counters = self.connection.execute(
+            f"SELECT namespace, day, model, source, metric, value FROM analytics_daily "
+            f"WHERE {where}",
+            params,
+        ).fetchall()
+        sessions = self.connection.execute(
+            "SELECT namespace, first_day, model, source, count(*) FROM analytics_sessions "
+            f"WHERE {where.replace('day', 'first_day')} "
+            "GROUP BY namespace, first_day, model, source",
+            params,
+        ).fetchall()
+        return daily_rows(counters, sessions)
