@@ -17,7 +17,12 @@ from memstream.cli.output import (
 )
 from memstream.domain.errors import InvalidInputError, MemstreamError
 from memstream.domain.redaction import redact
-from memstream.projections.ports import MODEL_FREE_PROJECTIONS, PROJECTIONS
+from memstream.projections.ports import (
+    MODEL_FREE_PROJECTIONS,
+    PROJECTIONS,
+    PROJECTOR_PROJECTIONS,
+    ReadModels,
+)
 from memstream.projections.read_models import open_read_models, read_models_at
 from memstream.workers.rebuild import VerifyResult, rebuild, repair, verify
 from memstream.workers.status import (
@@ -152,9 +157,10 @@ def verify_projections(
 ) -> None:
     """Compare checksums of the live read models with a scratch rebuild.
 
-    Every projection but vectors by default (name vectors to embed every text again and
-    compare which items have vectors of which model). With --as-of SEQ the scratch state is
-    built at SEQ; it is compared only with a live model that is at SEQ too. Exit status, for a
+    By default the projector's projections, and analytics where this copy has it (name
+    vectors to embed every text again and compare which items have vectors of which model).
+    With --as-of SEQ the scratch state is built at SEQ; it is compared only with a live model
+    that is at SEQ too. Exit status, for a
     scheduler: 0 every checksum matches, 1 a checksum differs, 2 the check could not run (NATS
     or the database unavailable, a damaged read model, the live model not caught up in time).
 
@@ -165,9 +171,10 @@ def verify_projections(
     async def main() -> tuple[list[VerifyResult], dict[str, bool]]:
         async with connected(settings) as ms:
             encoder = ms.encoder if names and "vectors" in names else None
+            chosen = names or maintained(ms.read_models)
             with progress_bar("verifying") as progress:
                 results = await verify(
-                    ms.log, ms.copy, names, as_of=as_of, progress=progress, encoder=encoder
+                    ms.log, ms.copy, chosen, as_of=as_of, progress=progress, encoder=encoder
                 )
             tracked = {s.name: s.tracked_seq for s in projection_statuses(ms.read_models, 0)}
             return results, {r.projection: tracked[r.projection] == r.seq for r in results}
@@ -187,6 +194,17 @@ def verify_projections(
     if different:
         note(f"error: checksums differ for {', '.join(different)}")
         raise typer.Exit(VERIFY_DIFFERS)
+
+
+def maintained(models: ReadModels) -> list[str]:
+    """What ``verify`` checks by default: the projector's projections, and the others but
+    vectors that this copy holds (a worker has projected them: the analytics worker may not
+    run for every copy)."""
+    return [
+        name
+        for name in MODEL_FREE_PROJECTIONS
+        if name in PROJECTOR_PROJECTIONS or models.tracked_seq(name) > 0
+    ]
 
 
 @app.command("forget-copy")

@@ -158,13 +158,20 @@ def test_append_history_search_export_rebuild_verify_status(
     verified = json_of(env, "projections", "verify")
     assert verified
     assert all(v["ok"] and v["live"] == v["rebuilt"] for v in verified)
-    assert [v["projection"] for v in verified] == ["sessions", "context", "registry", "memory"]
+    assert [v["projection"] for v in verified] == [
+        "sessions",
+        "context",
+        "registry",
+        "memory",
+        "analytics",
+    ]
     assert json_of(env, "projections", "list") == [
         {"name": "sessions", "tracked_seq": 3, "lag": 0},
         {"name": "context", "tracked_seq": 3, "lag": 0},
         {"name": "registry", "tracked_seq": 3, "lag": 0},
         {"name": "memory", "tracked_seq": 3, "lag": 0},
         {"name": "vectors", "tracked_seq": 3, "lag": 0},
+        {"name": "analytics", "tracked_seq": 3, "lag": 0},
     ]
     past = json_of(env, "projections", "verify", "--as-of", "2")
     assert past[0]["seq"] == 2
@@ -194,6 +201,7 @@ def test_append_history_search_export_rebuild_verify_status(
         {"name": "registry", "tracked_seq": 3, "lag": 0},
         {"name": "memory", "tracked_seq": 3, "lag": 0},
         {"name": "vectors", "tracked_seq": 3, "lag": 0},
+        {"name": "analytics", "tracked_seq": 3, "lag": 0},
     ]
     assert status["dead_letter_count"] == 0
 
