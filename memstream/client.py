@@ -676,6 +676,7 @@ class Memstream:
                 ANALYTICS_PROJECTIONS,
                 on_commit=partial(self._advance, ANALYTICS_PROJECTIONS),
                 batch_size=1000,
+                demand=Demand(),  # its own: this process's readers never wait for it
                 linger=ANALYTICS_LINGER,
             )
         except MemstreamError as error:  # e.g. an analytics worker runs for this copy elsewhere
@@ -717,6 +718,8 @@ class Memstream:
         that the next process reads them at once (bounded; a later projector would anyway)."""
         timeout = min(self.settings.read_timeout, CLOSE_DRAIN_SECONDS)
         for name, watch in self.positions.items():
+            if name in ANALYTICS_PROJECTIONS:
+                continue  # volumes: the next analytics worker of the copy counts what is left
             last = self.last_profile_seq if name in INDEXER_PROJECTIONS else self.last_write_seq
             try:
                 await watch.wait_for(last, timeout)
