@@ -20,8 +20,6 @@ from memstream.domain.redaction import redact
 from memstream.projections.ports import (
     MODEL_FREE_PROJECTIONS,
     PROJECTIONS,
-    PROJECTOR_PROJECTIONS,
-    ReadModels,
 )
 from memstream.projections.read_models import open_read_models, read_models_at
 from memstream.workers.rebuild import VerifyResult, rebuild, repair, verify
@@ -171,10 +169,9 @@ def verify_projections(
     async def main() -> tuple[list[VerifyResult], dict[str, bool]]:
         async with connected(settings) as ms:
             encoder = ms.encoder if names and "vectors" in names else None
-            chosen = names or maintained(ms.read_models)
             with progress_bar("verifying") as progress:
                 results = await verify(
-                    ms.log, ms.copy, chosen, as_of=as_of, progress=progress, encoder=encoder
+                    ms.log, ms.copy, names, as_of=as_of, progress=progress, encoder=encoder
                 )
             tracked = {s.name: s.tracked_seq for s in projection_statuses(ms.read_models, 0)}
             return results, {r.projection: tracked[r.projection] == r.seq for r in results}
@@ -194,17 +191,6 @@ def verify_projections(
     if different:
         note(f"error: checksums differ for {', '.join(different)}")
         raise typer.Exit(VERIFY_DIFFERS)
-
-
-def maintained(models: ReadModels) -> list[str]:
-    """What ``verify`` checks by default: the projector's projections, and the others but
-    vectors that this copy holds (a worker has projected them: the analytics worker may not
-    run for every copy)."""
-    return [
-        name
-        for name in MODEL_FREE_PROJECTIONS
-        if name in PROJECTOR_PROJECTIONS or models.tracked_seq(name) > 0
-    ]
 
 
 @app.command("forget-copy")

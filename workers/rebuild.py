@@ -12,6 +12,7 @@ from memstream.domain.errors import ReadModelDamagedError, UnavailableError
 from memstream.projections.ports import (
     MODEL_FREE_PROJECTIONS,
     PROJECTIONS,
+    PROJECTOR_PROJECTIONS,
     Difference,
     ProjectorStats,
     ReadModelCopy,
@@ -162,18 +163,25 @@ async def verify(
 ) -> list[VerifyResult]:
     """Rebuild into a scratch store and compare checksums with the live one.
 
+    ``names`` default: the projector's projections, and the others (but vectors without an
+    ``encoder``) that the copy has a position for (an analytics worker may not run for it).
     Without ``as_of``, compares at the stream's end (waiting for the live projector to reach it).
     With ``as_of``, only builds the scratch state at that sequence and reports its checksum
     (``live`` is the live checksum, comparable only when the live model is at that sequence).
     """
-    selected = select_projections(names, _every(encoder))
-    live = copy.store(selected, repair=False, encoder=encoder)
+    every = _every(encoder)
+    live = copy.store(select_projections(names, every), repair=False, encoder=encoder)
     try:
+        if names:
+            selected = list(live.projections)
+        else:  # what this copy maintains: no analytics worker may run for it
+            tracked = live.positions()
+            selected = [p for p in every if p in PROJECTOR_PROJECTIONS or tracked[p] > 0]
         target = as_of if as_of is not None else await log.stream_last_seq()
         if as_of is None:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + wait_timeout
-            while min(live.positions().values()) < target:
+            while min(live.positions()[p] for p in selected) < target:
                 if loop.time() > deadline:
                     raise UnavailableError(f"live read model did not reach {target}")
                 await asyncio.sleep(0.05)
