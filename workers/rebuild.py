@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import nats.js.errors
 from nats.js import api
 
 from memstream.domain.errors import ReadModelDamagedError, UnavailableError
@@ -21,6 +22,7 @@ from memstream.projections.ports import (
     select_projections,
 )
 from memstream.workers.event_log import TRANSIENT_ERRORS, EventLog, LogEntry
+from memstream.workers.projector import projector_consumer
 from memstream.workers.pull import Puller, stream_sequence
 
 Progress = Callable[[int, int], None]
@@ -164,7 +166,8 @@ async def verify(
     """Rebuild into a scratch store and compare checksums with the live one.
 
     ``names`` default: the projector's projections, and the others (but vectors without an
-    ``encoder``) that the copy has a position for (an analytics worker may not run for it).
+    ``encoder``) that a worker projects for this copy (it has their durable consumer: an
+    analytics worker may never have run for it).
     Without ``as_of``, compares at the stream's end (waiting for the live projector to reach it).
     With ``as_of``, only builds the scratch state at that sequence and reports its checksum
     (``live`` is the live checksum, comparable only when the live model is at that sequence).
@@ -174,9 +177,12 @@ async def verify(
     try:
         if names:
             selected = list(live.projections)
-        else:  # what this copy maintains: no analytics worker may run for it
-            tracked = live.positions()
-            selected = [p for p in every if p in PROJECTOR_PROJECTIONS or tracked[p] > 0]
+        else:  # what this copy maintains: an analytics worker may never have run for it
+            selected = [
+                p
+                for p in every
+                if p in PROJECTOR_PROJECTIONS or await _consumed(log, live.copy_id(), p)
+            ]
         target = as_of if as_of is not None else await log.stream_last_seq()
         if as_of is None:
             loop = asyncio.get_running_loop()
@@ -193,6 +199,17 @@ async def verify(
             scratch.close()
     finally:
         live.close()
+
+
+async def _consumed(log: EventLog, copy_id: str, projection: str) -> bool:
+    """Whether ``projection`` of copy ``copy_id`` has the durable consumer of its worker."""
+    try:
+        await log.js.consumer_info(log.stream, projector_consumer(copy_id, (projection,)))
+    except nats.js.errors.NotFoundError:
+        return False
+    except TRANSIENT_ERRORS as error:
+        raise UnavailableError(f"cannot read the consumers of {log.stream!r}: {error!r}") from error
+    return True
 
 
 def _every(encoder: TextEncoder | None) -> tuple[str, ...]:
