@@ -169,9 +169,12 @@ def verify_projections(
     async def main() -> tuple[list[VerifyResult], dict[str, bool]]:
         async with connected(settings) as ms:
             encoder = ms.encoder if names and "vectors" in names else None
+            chosen = names
+            if not chosen and ms.analytics is not None:  # counted here: verified too
+                chosen = list(MODEL_FREE_PROJECTIONS)
             with progress_bar("verifying") as progress:
                 results = await verify(
-                    ms.log, ms.copy, names, as_of=as_of, progress=progress, encoder=encoder
+                    ms.log, ms.copy, chosen, as_of=as_of, progress=progress, encoder=encoder
                 )
             tracked = {s.name: s.tracked_seq for s in projection_statuses(ms.read_models, 0)}
             return results, {r.projection: tracked[r.projection] == r.seq for r in results}

@@ -367,7 +367,10 @@ class PgBatchTransaction:
             for projection in pending:
                 isolated = entry.seq in stats.attempts
                 if isolated:
-                    projection.before_commit(connection)
+                    # Nothing held back across it, by any projection: a failure here makes
+                    # every projection forget what it holds, which must be this event's only.
+                    for holder in projections:
+                        holder.before_commit(connection)
                     connection.execute("SAVEPOINT event")
                 try:
                     projection.apply(connection, entry.namespace(), entry.seq, event)

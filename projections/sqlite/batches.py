@@ -442,10 +442,15 @@ class BatchTransaction:
                     # batched inserts.
                     isolated = entry.seq in stats.attempts
                     if isolated:
-                        projection.before_commit(connection)  # nothing held back across it
+                        # Nothing held back across it, by any projection: a failure here makes
+                        # every projection forget what it holds, which must be this event's only.
+                        for holder in projections:
+                            holder.before_commit(connection)
                         connection.execute("SAVEPOINT event")
                     try:
                         projection.apply(connection, entry.namespace(), entry.seq, event)
+                        if isolated:  # what it held back fails here, not outside the savepoint
+                            projection.before_commit(connection)
                     except sqlite3.OperationalError:
                         raise  # locked/busy/disk: transient, retry the whole batch
                     except Exception as error:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 
 import pytest
+from support.read_models import EMBEDDED_VERIFIED
 
 from memstream.client import Memstream, open_memstream
 from memstream.projections.sqlite.database import open_database
@@ -95,7 +96,7 @@ async def test_eight_independent_writers_on_one_session_lose_no_update(settings:
             assert own == [f"w{i}-{n}" for n in range(PER_WRITER)]
         # And the read model equals a rebuild from the log
         results = await verify(projector.log, SqliteCopy(settings.data_dir / "memstream.db"))
-        assert [r.projection for r in results] == ["sessions", "context", "registry", "memory"]
+        assert [r.projection for r in results] == [*EMBEDDED_VERIFIED]
         assert all(r.ok for r in results), results
 
         publishes = sum(log.publishes for log in logs)

@@ -12,6 +12,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from support.examples import run_on_fresh_stream
+from support.read_models import EMBEDDED_VERIFIED
 
 from memstream.client import Memstream
 from memstream.context.providers import SearchBlock, StaticContext
@@ -200,7 +201,7 @@ async def _check(ms: Memstream, models: dict[str, ReferenceContext], database: P
             assert await fresh.freeze_system_prompt() == model.prompt
     # And the live read models equal a replay of the log into a scratch database
     results = await verify(ms.log, SqliteCopy(database))
-    assert [r.projection for r in results] == ["sessions", "context", "registry", "memory"]
+    assert [r.projection for r in results] == [*EMBEDDED_VERIFIED]
     assert all(r.ok for r in results), results
 
 

@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support.read_models import EMBEDDED_VERIFIED
 
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import UnavailableError
@@ -228,7 +229,7 @@ async def test_nats_restart_during_write_loop_loses_no_acknowledged_write(
         assert [m["id"] for m in history] == acknowledged
         # And the read model still equals a rebuild from the log
         results = await verify(ms.log, SqliteCopy(settings.data_dir / "memstream.db"))
-        assert [r.projection for r in results] == ["sessions", "context", "registry", "memory"]
+        assert [r.projection for r in results] == [*EMBEDDED_VERIFIED]
         assert all(r.ok for r in results), results
     finally:
         if not writer.done():
@@ -276,15 +277,18 @@ async def test_poison_events_are_dead_lettered_and_the_projector_keeps_going(
     # And both poison events are recorded as dead letters: the undecodable one at once by every
     # projection, the unappliable one by the sessions projection after the bounded attempts (the
     # context projection has nothing to do with a message and applies it)
+    # (the analytics worker, a consumer of its own, dead-letters the undecodable one too)
+    await ms.sync("analytics")
     letters = dead_letters(ms.read_models.connection)
     assert [(d["projection"], d["seq"], d["subject"], d["attempts"]) for d in letters] == [
+        ("analytics", garbage.seq, "ms.default.session.x", 1),
         ("context", garbage.seq, "ms.default.session.x", 1),
         ("memory", garbage.seq, "ms.default.session.x", 1),
         ("registry", garbage.seq, "ms.default.session.x", 1),
         ("sessions", garbage.seq, "ms.default.session.x", 1),
         ("sessions", unappliable.seq, "ms.default.session.y", 5),
     ]
-    assert letters[4]["topic"] == "session.message_appended"  # its type in the event contract
+    assert letters[5]["topic"] == "session.message_appended"  # its type in the event contract
     assert ms.projector is not None
     assert ms.projector.stats.dead_lettered == 5
     # And the session the garbage landed on is still writable (its aggregate passes over it)
@@ -292,7 +296,7 @@ async def test_poison_events_are_dead_lettered_and_the_projector_keeps_going(
     assert [m["id"] for m in await ms.session("x").get_history()] == ["m00004"]
     # And a rebuild from the log gets past the same poison events to the same read model
     results = await verify(ms.log, SqliteCopy(settings.data_dir / "memstream.db"))
-    assert [r.projection for r in results] == ["sessions", "context", "registry", "memory"]
+    assert [r.projection for r in results] == [*EMBEDDED_VERIFIED]
     assert all(r.ok for r in results), results
     assert {r.seq for r in results} == {await ms.log.stream_last_seq()}
 
@@ -315,7 +319,7 @@ async def test_verify_finds_a_read_model_changed_behind_the_projectors_back(
         tamper.close()
     # Then verify reports the sessions read model as different from its rebuild, says where,
     # and the context read model, untouched, still verifies
-    sessions, context, _registry, _memory = await verify(ms.log, SqliteCopy(database))
+    sessions, context, _registry, _memory, _analytics = await verify(ms.log, SqliteCopy(database))
     assert (sessions.projection, sessions.ok, context.ok) == ("sessions", False, True)
     assert sessions.live != sessions.rebuilt
     assert sessions.difference is not None

@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from support.examples import run_on_fresh_stream
+from support.read_models import EMBEDDED_VERIFIED
 
 from memstream.client import Memstream
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError
@@ -210,7 +211,7 @@ async def _check(ms: Memstream, models: dict[str, ReferenceSession], database: P
         assert [c["id"] for c in await session.get_compactions()] == [o[0] for o in model.overlays]
     # And the live read model equals the read model replayed from the log into a scratch DB
     results = await verify(ms.log, SqliteCopy(database))
-    assert [r.projection for r in results] == ["sessions", "context", "registry", "memory"]
+    assert [r.projection for r in results] == [*EMBEDDED_VERIFIED]
     assert all(r.ok for r in results), results
 
 

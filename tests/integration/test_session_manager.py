@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from support.messages import msg
+from support.read_models import EMBEDDED_VERIFIED
 
 from memstream import SessionManager
 from memstream.client import Memstream
@@ -227,7 +228,7 @@ async def test_delete_removes_the_session_and_the_log_replays(
     assert "likes tea" not in await manager.get_session(sid).freeze_system_prompt()
     await manager.delete(sid)  # idempotent
     results = await verify(ms.log, ms.copy)
-    assert [r.projection for r in results] == ["sessions", "context", "registry", "memory"]
+    assert [r.projection for r in results] == [*EMBEDDED_VERIFIED]
     assert all(r.ok for r in results), results
 
 

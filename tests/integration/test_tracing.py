@@ -43,6 +43,7 @@ async def test_a_command_and_its_projection_share_a_trace(
         )
         stored = await writer.log.js.get_msg(settings.stream, seq)
         await projector.session("traced").get_history()  # waits until it is projected there
+        await projector.sync("analytics")  # and counted by its analytics worker
     finally:
         await writer.close()
         await projector.close()
@@ -54,10 +55,15 @@ async def test_a_command_and_its_projection_share_a_trace(
     assert command.kind == trace.SpanKind.PRODUCER
     assert command.attributes["memstream.seq"] >= 1
     ours = [b for b in batches if b.context.trace_id == command.context.trace_id]
-    assert len(ours) == 1
-    assert ours[0].parent is not None
-    assert ours[0].parent.span_id == command.context.span_id
-    assert ours[0].kind == trace.SpanKind.CONSUMER
+    # One batch span per consumer of the projecting client: its projector's and its analytics
+    # worker's, each a child of the command
+    groups = sorted(str(b.attributes["messaging.consumer.group.name"]) for b in ours)
+    assert len(groups) == 2
+    assert groups[1] == f"{groups[0]}-analytics"
+    for batch in ours:
+        assert batch.parent is not None
+        assert batch.parent.span_id == command.context.span_id
+        assert batch.kind == trace.SpanKind.CONSUMER
     trace_id = f"{command.context.trace_id:032x}"
     assert (stored.headers or {})[TRACEPARENT].split("-")[1] == trace_id
 

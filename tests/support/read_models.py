@@ -13,3 +13,8 @@ def drop_projection(copy: ReadModelCopy, projection: str) -> None:
         store.drop(projection)
     finally:
         store.close()
+
+
+# What verify() checks by default for the copy of a client that runs the workers in its
+# process (its analytics worker has a consumer): the projector's projections and analytics.
+EMBEDDED_VERIFIED = ("sessions", "context", "registry", "memory", "analytics")
