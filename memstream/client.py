@@ -83,9 +83,9 @@ R = TypeVar("R")
 
 # How long the in-process projector gathers a burst of writes before committing it.
 PROJECTOR_LINGER = DEFAULT_LINGER
-# The analytics worker gathers up to this long per transaction: nothing a request reads waits
-# for it (``stats`` waits for it at most this long more).
-ANALYTICS_LINGER = 0.5
+# The analytics worker gathers up to this long per transaction, as the projector does (nothing
+# a request reads waits for it; ``stats`` and ``verify`` wait for it at most this long more).
+ANALYTICS_LINGER = DEFAULT_LINGER
 # How long commands are decided on the log alone after the read model's server was away.
 READ_MODEL_RETRY_SECONDS = 2.0
 # How long a clean close waits for its own projector to project this client's writes.
