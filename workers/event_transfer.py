@@ -26,7 +26,14 @@ import nats.errors
 import nats.js.errors
 
 from memstream.domain.errors import InvalidInputError, UnavailableError
-from memstream.workers.codec import H_MSG_ID, H_SCHEMA
+from memstream.workers.codec import (
+    H_ACTOR,
+    H_CAUSATION_ID,
+    H_COMMAND_ID,
+    H_CORRELATION_ID,
+    H_MSG_ID,
+    H_SCHEMA,
+)
 from memstream.workers.event_log import EventLog, ExpectedSequenceMismatch, OutgoingMessage
 
 # Events per atomic batch, and the payload bytes a batch may hold, before it is cut at the next
@@ -144,10 +151,10 @@ def _headers_from_audit(audit: object, line: int) -> dict[str, str]:
     fields = {key: str(value) for key, value in audit.items() if value is not None}
     msg_id = fields.get("msg_id", "")
     command = fields.get("command_id", "")
-    headers = {H_SCHEMA: fields["schema"], H_MSG_ID: msg_id, "Ms-Actor": fields.get("actor", "")}
+    headers = {H_SCHEMA: fields["schema"], H_MSG_ID: msg_id, H_ACTOR: fields.get("actor", "")}
     if command and command != msg_id.partition(":")[0]:
-        headers["Ms-Command-Id"] = command
-    for key, name in (("causation_id", "Ms-Causation-Id"), ("correlation_id", "Ms-Correlation-Id")):
+        headers[H_COMMAND_ID] = command
+    for key, name in (("causation_id", H_CAUSATION_ID), ("correlation_id", H_CORRELATION_ID)):
         if fields.get(key) and fields[key] != command:
             headers[name] = fields[key]
     return headers
