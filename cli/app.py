@@ -10,6 +10,7 @@ from typer.core import TyperGroup
 
 from memstream import MemstreamError
 from memstream.cli import (
+    admin,
     audit,
     blocks,
     events,
@@ -168,6 +169,7 @@ app.add_typer(events.app, name="events")
 app.add_typer(audit.app, name="audit")
 app.add_typer(projections.app, name="projections")
 app.add_typer(memory.app, name="memory")
+app.add_typer(admin.app, name="admin")
 
 
 def main() -> None:

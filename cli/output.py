@@ -30,6 +30,7 @@ from memstream.domain.redaction import redact
 from memstream.projections.ports import Difference
 from memstream.workers.audit import AuditEvent
 from memstream.workers.data_dir import open_private, os_reason
+from memstream.workers.purge import PurgeReport
 from memstream.workers.rebuild import VerifyResult
 from memstream.workers.status import PlatformStatus, ProjectionStatus
 
@@ -347,6 +348,46 @@ def show_stats(rows: Sequence[dict[str, Any]], dimensions: Sequence[str]) -> Non
             )
         )
     stdout().print(table)
+
+
+def show_purge(report: PurgeReport) -> None:
+    verb = "would erase" if report.dry_run else "erased"
+    if report.units:
+        table = _table(
+            f"{verb}: deleted before {report.deleted_before.isoformat(timespec='seconds')}",
+            "kind",
+            "namespace",
+            "id",
+            "deleted at",
+            "subjects",
+            "events",
+        )
+        for unit in report.units:
+            table.add_row(
+                *_cells(
+                    unit.kind,
+                    unit.namespace,
+                    unit.identifier,
+                    unit.deleted_at.isoformat(timespec="seconds"),
+                    len(unit.subjects),
+                    unit.events,
+                )
+            )
+        stdout().print(table)
+    for skip in report.skipped:
+        note(f"skipped session {skip.identifier!r} of {skip.namespace!r}: {skip.reason}")
+    sessions = sum(1 for unit in report.units if unit.kind == "session")
+    profiles = len(report.units) - sessions
+    events = report.events if report.dry_run else report.erased
+    note(
+        f"{verb} {events} events of {sessions} sessions and {profiles} profiles "
+        f"({report.subjects} subjects)"
+        + (
+            f"; recorded at sequence {', '.join(map(str, report.records))}"
+            if report.records
+            else ""
+        )
+    )
 
 
 def export_line(event: AuditEvent) -> str:

@@ -8,6 +8,14 @@ registration) and the day it was first seen, which give the sessions per day. An
 on the UTC day it was decided (its ``time``), for the model and source its session had at that
 point of the log; events outside a registered session count under ``""``. Deletions remove
 nothing: these are volumes of what happened.
+
+A purge (``purge.events_purged``) is the exception: what the log no longer holds is no longer
+counted, so that a rebuild from the purged log gives the same counters. So each counter is kept
+per origin (the session whose subjects, or the profile whose subject, its events are on) and
+per session it was counted for; a deletion records its sequence (:class:`EndUnit`), and a purge
+of that sequence removes the origin's counters, its session row, and counts the counters of
+other origins made for the session again as outside any registered session (:class:`Purge`),
+as a rebuild that never saw the registration counts them.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from memstream.domain.memory_profile import MemoryProfile
+from memstream.domain.purge_log import PurgeLog
 from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
 
@@ -51,24 +60,51 @@ class SeeSession:
 @dataclass(frozen=True, slots=True)
 class Count:
     """Add ``amount`` to ``metric`` on ``day``, for the model and source of ``session_id``
-    (``None``: outside any session)."""
+    (``None``: outside any session); ``profile`` is the profile whose subject the event is on
+    (``""``: a session's or registry subject, of ``session_id``)."""
 
     namespace: str
     day: str
     metric: str
     amount: int
     session_id: str | None
+    profile: str = ""
 
 
-AnalyticsWrite = SeeSession | Count
+@dataclass(frozen=True, slots=True)
+class EndUnit:
+    """A session (its registration) or a profile was deleted by the event at ``seq``: a purge
+    naming ``seq`` erases its events."""
+
+    namespace: str
+    kind: str  # "session" or "profile"
+    identifier: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Purge:
+    """The subjects whose last events are at ``sequences`` were erased."""
+
+    namespace: str
+    sequences: tuple[int, ...]
+
+
+AnalyticsWrite = SeeSession | Count | EndUnit | Purge
 
 
 def _day(timestamp: datetime) -> str:
     return timestamp.date().isoformat()
 
 
-def project_analytics_event(namespace: str, event: object) -> list[AnalyticsWrite]:
-    """The increments one event makes."""
+def project_analytics_event(namespace: str, event: object, seq: int = 0) -> list[AnalyticsWrite]:
+    """The increments one event (at stream sequence ``seq``) makes."""
+    if isinstance(event, SessionRecord.SessionDeleted):
+        return [EndUnit(namespace, "session", event.session_id, seq)]
+    if isinstance(event, MemoryProfile.ProfileDeleted):
+        return [EndUnit(namespace, "profile", event.profile, seq)]
+    if isinstance(event, PurgeLog.EventsPurged):
+        return [Purge(namespace, tuple(event.sequences))]
     if isinstance(event, SessionAggregate.MessageAppended | SessionAggregate.MessagesAppended):
         day = _day(event.timestamp)
         count = len(event.entries) if isinstance(event, SessionAggregate.MessagesAppended) else 1
@@ -103,11 +139,12 @@ def project_analytics_event(namespace: str, event: object) -> list[AnalyticsWrit
         day, sid = _day(event.timestamp), event.session_id
         size = sum(len(str(m.get("content", "")).encode()) for m in event.messages)
         return [
-            Count(namespace, day, "ingested_messages", len(event.messages), sid),
-            Count(namespace, day, "ingested_bytes", size, sid),
+            Count(namespace, day, "ingested_messages", len(event.messages), sid, event.profile),
+            Count(namespace, day, "ingested_bytes", size, sid, event.profile),
         ]
     if isinstance(event, MemoryProfile.MemoryRemembered):
-        return [Count(namespace, _day(event.timestamp), "remembered", 1, event.session_id)]
+        day = _day(event.timestamp)
+        return [Count(namespace, day, "remembered", 1, event.session_id, event.profile)]
     if isinstance(event, MemoryProfile.MemoriesExtracted):
         day = _day(event.timestamp)
         return [
@@ -119,26 +156,31 @@ def project_analytics_event(namespace: str, event: object) -> list[AnalyticsWrit
                 else "memories_other",
                 1,
                 memory.get("session_id"),
+                event.profile,
             )
             for memory in event.memories
         ]
     return []
 
 
-# Rows as the writers take them: (namespace, day, metric, model, source, session id, amount),
-# and (namespace, session id, first day, model, source, registered 0/1).
-CountRow = tuple[str, str, str, str | None, str | None, str | None, int]
+# Rows as the writers take them: (namespace, day, metric, model, source, session id, profile,
+# amount), with session id and profile "" for none; (namespace, session id, first day, model,
+# source, registered 0/1); and (namespace, kind, id, deletion sequence).
+CountRow = tuple[str, str, str, str | None, str | None, str, str, int]
 SessionRow = tuple[str, str, str, str, str, int]
-# A pending increment: (namespace, day, metric, model, source, session id). Either model and
-# source are known (the session's registration is in this batch; session id None) or they are
-# read from the sessions table when the batch is written (model and source None).
-Pending = tuple[str, str, str, str | None, str | None, str | None]
+UnitRow = tuple[str, str, str, int]
+# A pending increment: (namespace, day, metric, model, source, session id, profile). Either
+# model and source are known (outside any session, or the session's registration is in this
+# batch) or they are read from the sessions table when the batch is written (None).
+Pending = tuple[str, str, str, str | None, str | None, str, str]
 
 
 @dataclass
 class AnalyticsBatch:
-    """The increments of a batch, summed per counter and session, and the sessions it saw, in
-    log order, written once before the batch commits (two statements for the batch).
+    """The increments of a batch, summed per counter, session and origin, the sessions it saw
+    in log order, and the deletions it saw, written once before the batch commits (one
+    statement each for the batch). A purge is not gathered: whoever applies the writes writes
+    the batch so far, then the purge.
 
     A count is for the model and source its session had at that point of the log: a session
     registered in this batch is known here from its registration on; any other is looked up
@@ -149,6 +191,7 @@ class AnalyticsBatch:
     counts: dict[Pending, int] = field(default_factory=dict)
     sessions: list[SeeSession] = field(default_factory=list)
     registered: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    units: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
     def add(self, writes: list[AnalyticsWrite]) -> None:
         for write in writes:
@@ -158,34 +201,45 @@ class AnalyticsBatch:
                     key = (write.namespace, write.session_id)
                     self.registered[key] = (write.model, write.source)
                 continue
+            if isinstance(write, EndUnit):
+                self.units[(write.namespace, write.kind, write.identifier)] = write.seq
+                continue
+            if isinstance(write, Purge):
+                continue
             known = (
-                None
+                ("", "")
                 if write.session_id is None
                 else self.registered.get((write.namespace, write.session_id))
             )
-            pending: Pending
-            if write.session_id is None:
-                pending = (write.namespace, write.day, write.metric, "", "", None)
-            elif known is not None:
-                pending = (write.namespace, write.day, write.metric, *known, None)
-            else:
-                pending = (write.namespace, write.day, write.metric, None, None, write.session_id)
+            model, source = (None, None) if known is None else known
+            pending = (
+                write.namespace,
+                write.day,
+                write.metric,
+                model,
+                source,
+                write.session_id or "",
+                write.profile,
+            )
             self.counts[pending] = self.counts.get(pending, 0) + write.amount
 
-    def take(self) -> tuple[list[CountRow], list[SessionRow]]:
-        """The batch's counter rows and session rows (one per session), then nothing."""
+    def take(self) -> tuple[list[CountRow], list[SessionRow], list[UnitRow]]:
+        """The batch's counter rows, session rows (one per session) and deletions, then
+        nothing."""
         counts = [(*key, amount) for key, amount in self.counts.items()]
         sessions = merged_sightings(self.sessions)
+        units = [(*key, seq) for key, seq in self.units.items()]
         self.forget()
-        return counts, sessions
+        return counts, sessions, units
 
     def forget(self) -> None:
         self.counts.clear()
         self.sessions.clear()
         self.registered.clear()
+        self.units.clear()
 
     def __bool__(self) -> bool:
-        return bool(self.counts or self.sessions)
+        return bool(self.counts or self.sessions or self.units)
 
 
 def merged_sightings(seen: list[SeeSession]) -> list[SessionRow]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memstream.domain.messages import decode_message, searchable_text
+from memstream.domain.purge_log import PurgeLog
 from memstream.domain.session import SessionAggregate
 
 # Positions order messages within the log: stream sequence, then index inside a batch event.
@@ -90,6 +91,16 @@ class RecordSkill:
     loaded: bool
 
 
+@dataclass(frozen=True, slots=True)
+class ForgetPurged:
+    """Events were purged (``purge.events_purged``): remove every row of a session of
+    ``namespace`` whose last event is at one of ``sequences`` (its subject was erased; a cleared
+    session still has its key and decision state, which a rebuild would not have)."""
+
+    namespace: str
+    sequences: tuple[int, ...]
+
+
 SessionWrite = (
     InsertMessage
     | UpdateMessage
@@ -99,6 +110,7 @@ SessionWrite = (
     | RecordPosition
     | RecordPrompt
     | RecordSkill
+    | ForgetPurged
 )
 
 
@@ -132,6 +144,8 @@ def project_session_event(namespace: str, seq: int, event: object) -> list[Sessi
     so that the read model is a snapshot commands can be decided on: its rows as of that
     position, plus the events after it.
     """
+    if isinstance(event, PurgeLog.EventsPurged):
+        return [ForgetPurged(namespace, tuple(event.sequences))]
     if not isinstance(event, SessionAggregate.Event):
         return []
     position = RecordPosition(namespace, event.session_id, seq, event.originator_version)

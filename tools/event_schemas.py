@@ -162,6 +162,15 @@ FIELDS: dict[str, dict[str, dict[str, Any]]] = {
     },
     "memory.session_forgotten": {**PROFILE, "session_id": STRING},
     "memory.profile_deleted": {**PROFILE},
+    "purge.events_purged": {
+        "sequences": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+        "subjects": {"type": "integer", "minimum": 0},
+        "events": {"type": "integer", "minimum": 0},
+        "sessions": {"type": "integer", "minimum": 0},
+        "profiles": {"type": "integer", "minimum": 0},
+        "older_than": STRING,
+        "deleted_before": {"type": "string", "format": "date-time"},
+    },
 }
 
 

@@ -31,6 +31,8 @@ KINDS: dict[str, str] = {
     "usage, end reason; the token is the session id.",
     "profile": "One Agent Memory profile: raw messages, memories, supersessions, deletions; "
     "the token is the profile name.",
+    "purge": "A namespace's record of purges (memstream admin purge): stream sequences and "
+    "counts, no personal data; the token is log.",
 }
 # The workers: what each consumes (its filter), its durable consumer and what it does.
 WORKERS: dict[str, tuple[str, str, str]] = {

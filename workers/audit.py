@@ -134,7 +134,7 @@ class AuditEvent:
         return line
 
 
-AGGREGATE_KINDS = ("session", "block", "search", "registry", "profile")
+AGGREGATE_KINDS = ("session", "block", "search", "registry", "profile", "purge")
 
 
 def subject_filter(

@@ -38,6 +38,7 @@ from memstream.domain.context import (
 )
 from memstream.domain.memory_profile import MemoryProfile, profile_aggregate_id
 from memstream.domain.messages import MessageText
+from memstream.domain.purge_log import PURGE_LOG_ID, PurgeLog, purge_log_aggregate_id
 from memstream.domain.session import SessionAggregate, session_aggregate_id
 from memstream.domain.session_registry import SessionRecord, record_aggregate_id
 
@@ -71,6 +72,7 @@ EVENT_TYPES: Final[dict[str, type[Any]]] = {
     "memory.memory_deleted": MemoryProfile.MemoryDeleted,
     "memory.session_forgotten": MemoryProfile.SessionForgotten,
     "memory.profile_deleted": MemoryProfile.ProfileDeleted,
+    "purge.events_purged": PurgeLog.EventsPurged,
 }
 TYPE_NAMES: Final[dict[type[Any], str]] = {cls: name for name, cls in EVENT_TYPES.items()}
 
@@ -223,6 +225,7 @@ _ID_OF: dict[str, Callable[[str, str], uuid.UUID]] = {
     "search": search_aggregate_id,
     "registry": record_aggregate_id,
     "profile": profile_aggregate_id,
+    "purge": purge_log_aggregate_id,
 }
 _AGGREGATE_IDS: dict[tuple[str, str, str], uuid.UUID] = {}
 _SINGLE_KEYS = (
@@ -311,6 +314,8 @@ def aggregate_id(name: str, data: dict[str, Any], namespace: str) -> uuid.UUID:
         key = ("registry", namespace, data["session_id"])
     elif name.startswith("memory."):
         key = ("profile", namespace, data["profile"])
+    elif name.startswith("purge."):
+        key = ("purge", namespace, PURGE_LOG_ID)
     elif name in ("context.block_written", "context.block_deleted"):
         key = ("block", namespace, document_id(data["label"], data["session_id"]))
     else:

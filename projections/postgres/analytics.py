@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 
 from memstream.projections.analytics_rows import daily_rows
-from memstream.projections.analytics_writes import CountRow, SessionRow
+from memstream.projections.analytics_writes import CountRow, Purge, SessionRow, UnitRow
 from memstream.projections.postgres.reads import Executes
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -17,15 +17,21 @@ Connection = psycopg.Connection[tuple[Any, ...]]
 # after the counts of the same batch: the table is still as it was when the batch began).
 # Counts that land on one counter are summed first (one statement may not update a row twice).
 _COUNTS = (
-    "INSERT INTO analytics_daily (namespace, day, model, source, metric, value) "
+    "INSERT INTO analytics_daily (namespace, day, model, source, metric, session_id, profile, "
+    "value) "
     "SELECT c.ns, c.day, coalesce(c.model, s.model, ''), coalesce(c.source, s.source, ''), "
-    "c.metric, sum(c.amount) "
+    "c.metric, c.sid, c.profile, sum(c.amount) "
     "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
-    "%s::bigint[]) AS c (ns, day, metric, model, source, sid, amount) "
+    "%s::text[], %s::bigint[]) AS c (ns, day, metric, model, source, sid, profile, amount) "
     "LEFT JOIN analytics_sessions AS s ON s.namespace = c.ns AND s.session_id = c.sid "
-    "GROUP BY 1, 2, 3, 4, 5 "
-    "ON CONFLICT (namespace, day, model, source, metric) "
+    "GROUP BY 1, 2, 3, 4, 5, 6, 7 "
+    "ON CONFLICT (namespace, day, model, source, metric, session_id, profile) "
     "DO UPDATE SET value = analytics_daily.value + excluded.value"
+)
+_UNITS = (
+    "INSERT INTO analytics_units (namespace, kind, id, last_seq) "
+    "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[]) "
+    "ON CONFLICT (namespace, kind, id) DO UPDATE SET last_seq = excluded.last_seq"
 )
 _SESSIONS = (
     "INSERT INTO analytics_sessions (namespace, session_id, first_day, model, source, "
@@ -41,7 +47,10 @@ _SESSIONS = (
 
 
 def write_analytics(
-    connection: Connection, counts: list[CountRow], sessions: list[SessionRow]
+    connection: Connection,
+    counts: list[CountRow],
+    sessions: list[SessionRow],
+    units: list[UnitRow],
 ) -> None:
     """Write a batch's rows inside the caller's transaction: counts first, then sessions (one
     row per session, as :func:`~memstream.projections.analytics_writes.merged_sightings`
@@ -54,6 +63,51 @@ def write_analytics(
         connection.execute(
             _SESSIONS, [list(column) for column in zip(*sessions, strict=True)], prepare=False
         )
+    if units:
+        connection.execute(
+            _UNITS, [list(column) for column in zip(*units, strict=True)], prepare=False
+        )
+
+
+def purge_analytics(connection: Connection, purge: Purge) -> None:
+    """Remove the counters of the sessions and profiles whose deletions were purged, and count
+    the counters other origins made for a purged session as outside any registered session."""
+    units = connection.execute(
+        "DELETE FROM analytics_units WHERE namespace = %s AND last_seq = ANY(%s) "
+        "RETURNING kind, id",
+        (purge.namespace, list(purge.sequences)),
+    ).fetchall()
+    namespace = purge.namespace
+    profiles = [identifier for kind, identifier in units if kind == "profile"]
+    sessions = [identifier for kind, identifier in units if kind == "session"]
+    if profiles:
+        connection.execute(
+            "DELETE FROM analytics_daily WHERE namespace = %s AND profile = ANY(%s) "
+            "AND profile <> ''",
+            (namespace, profiles),
+        )
+    if not sessions:
+        return
+    connection.execute(
+        "DELETE FROM analytics_daily WHERE namespace = %s AND session_id = ANY(%s) "
+        "AND profile = ''",
+        (namespace, sessions),
+    )
+    connection.execute(
+        "WITH moved AS (DELETE FROM analytics_daily WHERE namespace = %s "
+        "AND session_id = ANY(%s) AND (model <> '' OR source <> '') "
+        "RETURNING namespace, day, metric, session_id, profile, value) "
+        "INSERT INTO analytics_daily (namespace, day, model, source, metric, session_id, "
+        "profile, value) SELECT namespace, day, '', '', metric, session_id, profile, "
+        "sum(value) FROM moved GROUP BY namespace, day, metric, session_id, profile "
+        "ON CONFLICT (namespace, day, model, source, metric, session_id, profile) "
+        "DO UPDATE SET value = analytics_daily.value + excluded.value",
+        (namespace, sessions),
+    )
+    connection.execute(
+        "DELETE FROM analytics_sessions WHERE namespace = %s AND session_id = ANY(%s)",
+        (namespace, sessions),
+    )
 
 
 class PgAnalyticsQueries:
@@ -67,8 +121,9 @@ class PgAnalyticsQueries:
     ) -> list[dict[str, Any]]:
         params = (namespace, namespace, since or "", until or "9999-12-31")
         counters = self.connection.execute(
-            "SELECT namespace, day, model, source, metric, value FROM analytics_daily "
-            "WHERE (%s::text IS NULL OR namespace = %s) AND day >= %s AND day <= %s",
+            "SELECT namespace, day, model, source, metric, sum(value) FROM analytics_daily "
+            "WHERE (%s::text IS NULL OR namespace = %s) AND day >= %s AND day <= %s "
+            "GROUP BY namespace, day, model, source, metric",
             params,
         ).fetchall()
         sessions = self.connection.execute(

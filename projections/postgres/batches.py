@@ -24,7 +24,11 @@ import psycopg
 from psycopg import errors
 
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.analytics_writes import AnalyticsBatch, project_analytics_event
+from memstream.projections.analytics_writes import (
+    AnalyticsBatch,
+    Purge,
+    project_analytics_event,
+)
 from memstream.projections.context_writes import project_context_event
 from memstream.projections.memory_writes import project_memory_event
 from memstream.projections.ports import (
@@ -37,7 +41,7 @@ from memstream.projections.ports import (
     StoreBusy,
     TextEncoder,
 )
-from memstream.projections.postgres.analytics import write_analytics
+from memstream.projections.postgres.analytics import purge_analytics, write_analytics
 from memstream.projections.postgres.context_writer import apply_context_writes
 from memstream.projections.postgres.memory_writer import (
     apply_memory_writes,
@@ -218,7 +222,12 @@ class PgAnalyticsProjection:
         self.batch = AnalyticsBatch()
 
     def apply(self, connection: Connection, namespace: str, seq: int, event: object) -> None:
-        self.batch.add(project_analytics_event(namespace, event))
+        writes = project_analytics_event(namespace, event, seq)
+        self.batch.add(writes)
+        for write in writes:
+            if isinstance(write, Purge):
+                self.before_commit(connection)
+                purge_analytics(connection, write)
 
     def forget(self) -> None:
         self.batch.forget()

@@ -137,13 +137,19 @@ _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
     "analytics": (
         (
             "daily counters",
-            "SELECT namespace, day, model, source, metric, value FROM analytics_daily "
-            f"ORDER BY namespace {_C}, day {_C}, model {_C}, source {_C}, metric {_C}",
+            "SELECT namespace, day, model, source, metric, session_id, profile, value "
+            f"FROM analytics_daily ORDER BY namespace {_C}, day {_C}, model {_C}, "
+            f"source {_C}, metric {_C}, session_id {_C}, profile {_C}",
         ),
         (
             "sessions",
             "SELECT namespace, session_id, first_day, model, source, registered "
             f"FROM analytics_sessions ORDER BY namespace {_C}, session_id {_C}",
+        ),
+        (
+            "deletions",
+            "SELECT namespace, kind, id, last_seq FROM analytics_units "
+            f"ORDER BY namespace {_C}, kind {_C}, id {_C}",
         ),
     ),
 }

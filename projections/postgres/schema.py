@@ -312,6 +312,38 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        6,
+        "analytics counters per origin and session; deletions a purge can name",
+        f"""
+        DROP TABLE {SCHEMA}.analytics_daily;
+        CREATE TABLE {SCHEMA}.analytics_daily (
+            namespace TEXT NOT NULL,
+            day TEXT NOT NULL,
+            model TEXT NOT NULL,
+            source TEXT NOT NULL,
+            metric TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            profile TEXT NOT NULL,
+            value BIGINT NOT NULL,
+            PRIMARY KEY (namespace, day, model, source, metric, session_id, profile)
+        );
+        CREATE INDEX analytics_daily_session ON {SCHEMA}.analytics_daily (namespace, session_id);
+        CREATE INDEX analytics_daily_profile ON {SCHEMA}.analytics_daily (namespace, profile)
+            WHERE profile <> '';
+        CREATE TABLE {SCHEMA}.analytics_units (
+            namespace TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            id TEXT NOT NULL,
+            last_seq BIGINT NOT NULL,
+            PRIMARY KEY (namespace, kind, id)
+        );
+        CREATE INDEX analytics_units_seq ON {SCHEMA}.analytics_units (last_seq);
+        DELETE FROM {SCHEMA}.analytics_sessions;
+        DELETE FROM {SCHEMA}.dead_letters WHERE projection = 'analytics';
+        DELETE FROM {SCHEMA}.tracking WHERE projection = 'analytics';
+        """,
+    ),
 )
 # The text search configuration of every full-text column: English stemming (Snowball) without
 # a stop-word list, as SQLite's porter tokenizer indexes every word ("could you help" is a

@@ -21,6 +21,7 @@ from memstream.projections.postgres.text import searchable
 from memstream.projections.session_writes import (
     ClearSession,
     DeleteMessages,
+    ForgetPurged,
     InsertCompaction,
     InsertMessage,
     RecordPosition,
@@ -369,6 +370,11 @@ def apply_session_writes(
 
 
 def _apply(connection: Connection, write: SessionWrite, rows: PgSessionRows) -> None:
+    if isinstance(write, ForgetPurged):
+        rows.flush(connection)
+        _forget_purged(connection, write)
+        rows.forget()
+        return
     if isinstance(write, RecordPosition):
         rows.positions[(write.namespace, write.session_id)] = (write.seq, write.version)
         return
@@ -610,3 +616,16 @@ def _record_state(connection: Connection, write: RecordPrompt | RecordSkill) -> 
         "UPDATE session_state SET loaded_skills = %s WHERE namespace = %s AND session_id = %s",
         (json.dumps(skills), *key),
     )
+
+
+def _forget_purged(connection: Connection, write: ForgetPurged) -> None:
+    """Remove every row of the sessions whose last event is at one of the purged sequences."""
+    found = connection.execute(
+        "DELETE FROM session_state WHERE namespace = %s AND last_seq = ANY(%s) RETURNING sid",
+        (write.namespace, list(write.sequences)),
+    ).fetchall()
+    sids = [sid for (sid,) in found if sid is not None]
+    if sids:
+        connection.execute("DELETE FROM messages WHERE sid = ANY(%s)", (sids,))
+        connection.execute("DELETE FROM compactions WHERE sid = ANY(%s)", (sids,))
+        connection.execute("DELETE FROM session_keys WHERE sid = ANY(%s)", (sids,))

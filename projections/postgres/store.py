@@ -66,7 +66,7 @@ PROJECTION_TABLES: dict[str, tuple[str, ...]] = {
         "memory_extractions",
     ),
     "vectors": ("memory_vectors",),
-    "analytics": ("analytics_daily", "analytics_sessions"),
+    "analytics": ("analytics_daily", "analytics_sessions", "analytics_units"),
 }
 
 

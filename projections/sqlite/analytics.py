@@ -3,22 +3,27 @@ the daily volumes read back."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from typing import Any
 
 from memstream.projections.analytics_rows import daily_rows
-from memstream.projections.analytics_writes import CountRow, SessionRow
+from memstream.projections.analytics_writes import CountRow, Purge, SessionRow, UnitRow
 from memstream.projections.sqlite.read_connection import Reads
 
 # A count for a session is for its model and source as the sessions table holds them (written
 # after the counts of the same batch: the table is still as it was when the batch began).
 _COUNT = (
-    "INSERT INTO analytics_daily (namespace, day, model, source, metric, value) "
-    "SELECT ?1, ?2, coalesce(?4, s.model, ''), coalesce(?5, s.source, ''), ?3, ?7 "
+    "INSERT INTO analytics_daily (namespace, day, model, source, metric, session_id, profile, "
+    "value) SELECT ?1, ?2, coalesce(?4, s.model, ''), coalesce(?5, s.source, ''), ?3, ?6, ?7, ?8 "
     "FROM (SELECT 1) LEFT JOIN analytics_sessions AS s "
     "ON s.namespace = ?1 AND s.session_id = ?6 WHERE true "
-    "ON CONFLICT (namespace, day, model, source, metric) "
+    "ON CONFLICT (namespace, day, model, source, metric, session_id, profile) "
     "DO UPDATE SET value = analytics_daily.value + excluded.value"
+)
+_UNIT = (
+    "INSERT INTO analytics_units (namespace, kind, id, last_seq) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (namespace, kind, id) DO UPDATE SET last_seq = excluded.last_seq"
 )
 _SESSION = (
     "INSERT INTO analytics_sessions (namespace, session_id, first_day, model, source, "
@@ -33,13 +38,58 @@ _SESSION = (
 
 
 def write_analytics(
-    connection: sqlite3.Connection, counts: list[CountRow], sessions: list[SessionRow]
+    connection: sqlite3.Connection,
+    counts: list[CountRow],
+    sessions: list[SessionRow],
+    units: list[UnitRow],
 ) -> None:
     """Write a batch's rows inside the caller's transaction: counts first, then sessions."""
     if counts:
         connection.executemany(_COUNT, counts)
     if sessions:
         connection.executemany(_SESSION, sessions)
+    if units:
+        connection.executemany(_UNIT, units)
+
+
+def purge_analytics(connection: sqlite3.Connection, purge: Purge) -> None:
+    """Remove the counters of the sessions and profiles whose deletions were purged, and count
+    the counters other origins made for a purged session as outside any registered session."""
+    units = connection.execute(
+        "DELETE FROM analytics_units WHERE namespace = ? "
+        "AND last_seq IN (SELECT value FROM json_each(?)) RETURNING kind, id",
+        (purge.namespace, json.dumps(list(purge.sequences))),
+    ).fetchall()
+    namespace = purge.namespace
+    for kind, identifier in units:
+        if kind == "profile":
+            connection.execute(
+                "DELETE FROM analytics_daily WHERE namespace = ? AND profile = ?",
+                (namespace, identifier),
+            )
+            continue
+        connection.execute(
+            "DELETE FROM analytics_daily WHERE namespace = ? AND session_id = ? AND profile = ''",
+            (namespace, identifier),
+        )
+        connection.execute(
+            "INSERT INTO analytics_daily (namespace, day, model, source, metric, session_id, "
+            "profile, value) SELECT namespace, day, '', '', metric, session_id, profile, value "
+            "FROM analytics_daily WHERE namespace = ?1 AND session_id = ?2 "
+            "AND (model <> '' OR source <> '') AND true "
+            "ON CONFLICT (namespace, day, model, source, metric, session_id, profile) "
+            "DO UPDATE SET value = analytics_daily.value + excluded.value",
+            (namespace, identifier),
+        )
+        connection.execute(
+            "DELETE FROM analytics_daily WHERE namespace = ? AND session_id = ? "
+            "AND (model <> '' OR source <> '')",
+            (namespace, identifier),
+        )
+        connection.execute(
+            "DELETE FROM analytics_sessions WHERE namespace = ? AND session_id = ?",
+            (namespace, identifier),
+        )
 
 
 class SqliteAnalyticsQueries:
@@ -54,8 +104,8 @@ class SqliteAnalyticsQueries:
         where = "(?1 IS NULL OR namespace = ?1) AND day >= ?2 AND day <= ?3"
         params = (namespace, since or "", until or "9999-12-31")
         counters = self.connection.execute(
-            f"SELECT namespace, day, model, source, metric, value FROM analytics_daily "
-            f"WHERE {where}",
+            f"SELECT namespace, day, model, source, metric, sum(value) FROM analytics_daily "
+            f"WHERE {where} GROUP BY namespace, day, model, source, metric",
             params,
         ).fetchall()
         sessions = self.connection.execute(

@@ -17,7 +17,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.analytics_writes import AnalyticsBatch, project_analytics_event
+from memstream.projections.analytics_writes import (
+    AnalyticsBatch,
+    Purge,
+    project_analytics_event,
+)
 from memstream.projections.context_writes import project_context_event
 from memstream.projections.memory_writes import project_memory_event
 from memstream.projections.ports import (
@@ -36,7 +40,7 @@ from memstream.projections.registry_writes import (
     project_registry_event,
 )
 from memstream.projections.session_writes import project_session_event
-from memstream.projections.sqlite.analytics import write_analytics
+from memstream.projections.sqlite.analytics import purge_analytics, write_analytics
 from memstream.projections.sqlite.checkpointer import Checkpointer
 from memstream.projections.sqlite.context_writer import apply_context_writes
 from memstream.projections.sqlite.damage import damaged, is_damage
@@ -220,7 +224,12 @@ class AnalyticsProjection:
     def apply(
         self, connection: sqlite3.Connection, namespace: str, seq: int, event: object
     ) -> None:
-        self.batch.add(project_analytics_event(namespace, event))
+        writes = project_analytics_event(namespace, event, seq)
+        self.batch.add(writes)
+        for write in writes:
+            if isinstance(write, Purge):
+                self.before_commit(connection)
+                purge_analytics(connection, write)
 
     def forget(self) -> None:
         self.batch.forget()

@@ -150,13 +150,19 @@ _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
     "analytics": (
         (
             "daily counters",
-            "SELECT namespace, day, model, source, metric, value FROM analytics_daily "
-            "ORDER BY namespace, day, model, source, metric",
+            "SELECT namespace, day, model, source, metric, session_id, profile, value "
+            "FROM analytics_daily "
+            "ORDER BY namespace, day, model, source, metric, session_id, profile",
         ),
         (
             "sessions",
             "SELECT namespace, session_id, first_day, model, source, registered "
             "FROM analytics_sessions ORDER BY namespace, session_id",
+        ),
+        (
+            "deletions",
+            "SELECT namespace, kind, id, last_seq FROM analytics_units "
+            "ORDER BY namespace, kind, id",
         ),
     ),
 }

@@ -22,7 +22,7 @@ from memstream.projections.sqlite.damage import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 # ``PRAGMA application_id`` of a memstream read model ("MSDB"), set by migration
 # APPLICATION_ID_VERSION. A database at a lower version without it is an older memstream read
 # model; any other non-empty database without it is foreign.
@@ -411,6 +411,37 @@ _MIGRATIONS: dict[int, str] = {
         PRIMARY KEY (namespace, session_id)
     ) WITHOUT ROWID;
     """,
+    # Analytics counters per origin (the session or profile whose events made them) and per
+    # session counted for, and each deleted session's and profile's deletion sequence: a purge
+    # (purge.events_purged) removes what the log no longer holds. Counted again from the log.
+    16: """
+    DROP TABLE analytics_daily;
+    CREATE TABLE analytics_daily (
+        namespace TEXT NOT NULL,
+        day TEXT NOT NULL,
+        model TEXT NOT NULL,
+        source TEXT NOT NULL,
+        metric TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        profile TEXT NOT NULL,
+        value INTEGER NOT NULL,
+        PRIMARY KEY (namespace, day, model, source, metric, session_id, profile)
+    ) WITHOUT ROWID;
+    CREATE INDEX analytics_daily_session ON analytics_daily (namespace, session_id);
+    CREATE INDEX analytics_daily_profile ON analytics_daily (namespace, profile)
+        WHERE profile <> '';
+    CREATE TABLE analytics_units (
+        namespace TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        id TEXT NOT NULL,
+        last_seq INTEGER NOT NULL,
+        PRIMARY KEY (namespace, kind, id)
+    ) WITHOUT ROWID;
+    CREATE INDEX analytics_units_seq ON analytics_units (last_seq);
+    DELETE FROM analytics_sessions;
+    DELETE FROM dead_letters WHERE projection = 'analytics';
+    DELETE FROM tracking WHERE projection = 'analytics';
+    """,
 }
 
 # Tables each projection owns: dropped and rebuilt together by ``projections rebuild``.
@@ -436,7 +467,7 @@ PROJECTION_TABLES: dict[str, tuple[str, ...]] = {
         "memory_extractions",
     ),
     "vectors": ("memory_vectors",),
-    "analytics": ("analytics_daily", "analytics_sessions"),
+    "analytics": ("analytics_daily", "analytics_sessions", "analytics_units"),
 }
 
 # How a table is emptied where DELETE cannot (a contentless FTS5 table).

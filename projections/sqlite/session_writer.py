@@ -11,6 +11,7 @@ from typing import Any
 from memstream.projections.session_writes import (
     ClearSession,
     DeleteMessages,
+    ForgetPurged,
     InsertCompaction,
     InsertMessage,
     RecordPosition,
@@ -180,6 +181,11 @@ def _apply_session_writes(
         if isinstance(write, RecordPosition):
             rows.positions[(write.namespace, write.session_id)] = (write.seq, write.version)
             continue
+        if isinstance(write, ForgetPurged):
+            rows.flush(connection)
+            _forget_purged(connection, write)
+            rows.forget()
+            continue
         if isinstance(write, RecordPrompt | RecordSkill):
             _record_state(connection, write)
             continue
@@ -203,14 +209,7 @@ def _apply_session_writes(
                 if _delete(connection, sid, message_id):
                     counts[sid] = counts.get(sid, 0) - 1
         elif isinstance(write, ClearSession):
-            _unindex(
-                connection,
-                connection.execute(
-                    "SELECT mid, content FROM messages WHERE mid BETWEEN ? AND ?", mid_range(sid)
-                ),
-            )
-            connection.execute("DELETE FROM messages WHERE sid = ?", (sid,))
-            connection.execute("DELETE FROM compactions WHERE sid = ?", (sid,))
+            _clear(connection, sid)
             connection.execute("UPDATE session_keys SET messages = 0 WHERE sid = ?", (sid,))
             counts[sid] = 0
             # A clear also unloads the session's skills (its frozen prompt stays).
@@ -233,6 +232,35 @@ def _apply_session_writes(
                     write.created_at,
                 ),
             )
+
+
+def _clear(connection: sqlite3.Connection, sid: int) -> None:
+    """Remove a session's messages (with their search rows) and compactions."""
+    _unindex(
+        connection,
+        connection.execute(
+            "SELECT mid, content FROM messages WHERE mid BETWEEN ? AND ?", mid_range(sid)
+        ),
+    )
+    connection.execute("DELETE FROM messages WHERE sid = ?", (sid,))
+    connection.execute("DELETE FROM compactions WHERE sid = ?", (sid,))
+
+
+def _forget_purged(connection: sqlite3.Connection, write: ForgetPurged) -> None:
+    """Remove every row of the sessions whose last event is at one of the purged sequences."""
+    found = connection.execute(
+        "SELECT session_id, sid FROM session_state WHERE namespace = ? "
+        "AND last_seq IN (SELECT value FROM json_each(?))",
+        (write.namespace, json.dumps(list(write.sequences))),
+    ).fetchall()
+    for session_id, sid in found:
+        if sid is not None:
+            _clear(connection, sid)
+            connection.execute("DELETE FROM session_keys WHERE sid = ?", (sid,))
+        connection.execute(
+            "DELETE FROM session_state WHERE namespace = ? AND session_id = ?",
+            (write.namespace, session_id),
+        )
 
 
 # Moves a subtree's path aggregates by (:depth, :bytes): its root's path changed above it. The

@@ -12,6 +12,7 @@ from support.messages import msg
 from memstream.domain.context import ContextDocument, SearchIndex, document_id
 from memstream.domain.memory_input import check_ingest
 from memstream.domain.memory_profile import MemoryProfile
+from memstream.domain.purge_log import PURGE_LOG_ID, PurgeLog
 from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
 from memstream.workers.codec import CommandMeta, encode_event
@@ -96,6 +97,15 @@ def every_event() -> list[Any]:
         for event in decide():
             event.mutate(profile)
             events.append(event)
+    events += PurgeLog.empty("default").record(
+        sequences=[999_999],
+        subjects=1,
+        events=3,
+        sessions=0,
+        profiles=1,
+        older_than="30d",
+        deleted_before="2026-05-01T10:00:00Z",
+    )
     return events
 
 
@@ -109,6 +119,8 @@ def subject_of(event: Any, namespace: str = "default") -> str:
         return subject_for("ms", namespace, "search", event.key)
     if isinstance(event, MemoryProfile.Event):
         return subject_for("ms", namespace, "profile", event.profile)
+    if isinstance(event, PurgeLog.Event):
+        return subject_for("ms", namespace, "purge", PURGE_LOG_ID)
     return subject_for("ms", namespace, "session", event.session_id)
 
 

@@ -39,7 +39,7 @@ def test_every_event_type_has_a_stable_dotted_name_and_round_trips() -> None:
     events = every_event()
     assert {type(e) for e in events} == set(EVENT_TYPES.values())
     for name in EVENT_TYPES:
-        assert re.fullmatch(r"(session|context|registry|memory)\.[a-z_]+", name), name
+        assert re.fullmatch(r"(session|context|registry|memory|purge)\.[a-z_]+", name), name
     meta = CommandMeta()
     for event in events:
         payload, headers = encode_event(event, meta, meta.command_id)

@@ -1,0 +1,65 @@
+"""``memstream admin ...``: operations on the log itself (``purge``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from memstream.cli.context import connected, run, settings_of
+from memstream.cli.output import emit_json, show_purge
+from memstream.workers.codec import CommandMeta
+from memstream.workers.purge import PurgeReport, parse_duration, purge
+from memstream.workers.time_travel import clear_cache
+
+app = typer.Typer(
+    no_args_is_help=True,
+    help="Administer the log: erase what was deleted.\n\n"
+    "Example: memstream admin purge --older-than 30d --dry-run",
+)
+
+
+@app.command("purge")
+def purge_command(
+    ctx: typer.Context,
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            help="Grace period: erase what was deleted longer ago than this (e.g. 30d, 12h, "
+            "1d12h, 0s).",
+            show_default=False,
+        ),
+    ],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would be erased; change nothing.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Erase from the stream the events of sessions and profiles deleted longer ago than the
+    grace period (JetStream purge by subject).
+
+    A session deleted by a SessionManager goes with its registration and built-in blocks; a
+    session written again after its deletion is skipped. The purge is recorded first, as a
+    purge.events_purged event of the namespace that names stream sequences and counts only,
+    so that every read model drops what it kept of them and `projections verify` still
+    matches. Cached --as-of copies in this data dir are deleted.
+
+    Example: memstream admin purge --older-than 30d --dry-run
+    """
+    settings = settings_of(ctx)
+    parse_duration(older_than)
+
+    async def main() -> PurgeReport:
+        async with connected(settings, workers=False) as ms:
+            return await purge(
+                ms.log, older_than, meta=CommandMeta(actor=ms.actor), dry_run=dry_run
+            )
+
+    report = run(main())
+    if not dry_run and report.records:
+        clear_cache(settings.data_dir)
+    if as_json:
+        emit_json(report.as_json())
+    else:
+        show_purge(report)

@@ -1,0 +1,76 @@
+"""``memstream admin purge`` (issue 16, item 5) from the command line, beside a running platform
+in another process: a dry run, the purge, ``projections verify`` still exit 0, and the cached
+``--as-of`` copies (built before the purge, holding what it erased) deleted."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from support.processes import clean_env, json_of, memstream
+
+from memstream.client import open_memstream
+from memstream.settings import Settings
+from memstream.workers.nats_server import NatsServerProcess
+
+
+async def test_purge_from_the_cli_keeps_verify_green(
+    tmp_path: Path, nats_server: NatsServerProcess
+) -> None:
+    stream = "T" + uuid.uuid4().hex[:12].upper()
+    settings = Settings(data_dir=tmp_path / "data", nats_url=nats_server.url, stream=stream)
+    env = clean_env(
+        MEMSTREAM_DATA_DIR=str(settings.data_dir),
+        MEMSTREAM_NATS_URL=nats_server.url,
+        MEMSTREAM_STREAM=stream,
+    )
+    ms = await open_memstream(settings, workers=True)
+    try:
+        manager = ms.session_manager()
+        await manager.create("Doomed", session_id="doomed", model="gpt-x")
+        await ms.session("doomed").append_message({"role": "user", "content": "my secret"})
+        await manager.create("Kept", session_id="kept")
+        await ms.session("kept").append_message({"role": "user", "content": "hello"})
+        await manager.delete("doomed")
+        for projection in ("sessions", "registry", "analytics"):
+            await ms.wait_for(projection)
+        as_of = str(await ms.log.stream_last_seq())
+        # A cached as-of copy of the time before the deletion, which holds the secret
+        history = json_of(env, "sessions", "history", "doomed", "--as-of", "2")
+        assert ["my secret" in str(m) for m in history] == [True]
+        cache = settings.data_dir / "as-of"
+        assert any(cache.iterdir())
+
+        # Bad input is refused before anything is read, naming the option and the value
+        refused = memstream(env, "admin", "purge", "--older-than", "30", expect=1)
+        assert "--older-than '30' is not a duration" in refused.stderr
+
+        plan = json_of(env, "admin", "purge", "--older-than", "0s", "--dry-run")
+        assert plan["dry_run"] is True
+        assert plan["records"] == []
+        assert [(u["kind"], u["id"]) for u in plan["purged"]] == [("session", "doomed")]
+        assert any(cache.iterdir())  # a dry run changes nothing
+
+        done = json_of(env, "admin", "purge", "--older-than", "0s")
+        assert done["erased"] == plan["events"] > 0
+        assert done["records"] == [int(as_of) + 1]
+        assert not cache.exists() or not any(cache.iterdir())
+        history = json_of(env, "sessions", "history", "doomed", "--as-of", "2")
+        assert history == []
+        again = memstream(env, "admin", "purge", "--older-than", "0s")
+        assert "erased 0 events of 0 sessions and 0 profiles" in again.stderr
+
+        # (the platform's workers run on this test's event loop: let them apply the purge)
+        end = await ms.log.stream_last_seq()
+        for projection in ("sessions", "context", "registry", "memory", "analytics"):
+            await ms.wait_for(projection, end)
+        verified = json_of(env, "projections", "verify")
+        assert {r["projection"]: r["ok"] for r in verified} == {
+            "sessions": True,
+            "context": True,
+            "registry": True,
+            "memory": True,
+            "analytics": True,
+        }
+    finally:
+        await ms.close()

@@ -1,0 +1,166 @@
+"""``admin purge`` on a real nats-server, on both read-model backends: the events of sessions
+and profiles deleted longer ago than the grace period leave the stream, the purge is recorded
+without personal data, and every read model still equals one rebuilt from the purged log."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from support.messages import msg
+from support.read_models import EMBEDDED_VERIFIED
+
+from memstream.client import Memstream
+from memstream.workers.purge import plan_purge, purge
+from memstream.workers.rebuild import verify
+
+pytestmark = pytest.mark.both_backends
+
+WHEN = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+
+
+def conversation(*texts: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": text, "timestamp": WHEN} for text in texts]
+
+
+async def subject_events(ms: Memstream, kind: str, identifier: str) -> list[Any]:
+    subject = f"ms.{ms.namespace}.{kind}.{identifier}"
+    return [entry async for entry in ms.log.read_subject(subject)]
+
+
+async def settled(ms: Memstream) -> None:
+    for projection in EMBEDDED_VERIFIED:
+        await ms.wait_for(projection)
+
+
+async def verified(ms: Memstream) -> None:
+    results = await verify(ms.log, ms.copy)
+    assert [r.projection for r in results] == [*EMBEDDED_VERIFIED]
+    assert all(r.ok for r in results), [r for r in results if not r.ok]
+
+
+def totals(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The stats rows summed per (model, source)."""
+    sums: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        target = sums.setdefault(
+            (row["model"], row["source"]),
+            {"sessions": 0, "messages": 0, "input_tokens": 0, "ingested_messages": 0},
+        )
+        for name in target:
+            target[name] += row[name]
+    return sums
+
+
+async def test_purge_erases_deleted_sessions_and_profiles_and_verify_holds(
+    ms: Memstream,
+) -> None:
+    manager = ms.session_manager().with_context("memory", description="Facts").with_cached_prompt()
+    doomed = (await manager.create("Doomed", model="gpt-x", source="cli"))["id"]
+    await manager.append(doomed, msg("m0", "a secret plan"))
+    await manager.append(doomed, msg("m1", "more of the secret"))
+    await manager.get_session(doomed).replace_context_block("memory", "likes tea")
+    await manager.get_session(doomed).refresh_system_prompt()
+    await manager.add_usage(doomed, 100, 20, 0.5)
+    kept = (await manager.create("Kept", model="gpt-x", source="cli"))["id"]
+    await manager.append(kept, msg("k0", "an ordinary day"))
+    # A profile that stays, with a conversation of the doomed session (counted for gpt-x)
+    gina = await ms.agent_memory("default").get_profile("gina")
+    await gina.ingest(conversation("I moved to Lisbon in 2021."), session_id=doomed)
+    temp = await ms.agent_memory("default").get_profile("temp")
+    await temp.ingest(conversation("My passport number is X123."), session_id=kept)
+    await ms.agent_memory("default").delete_profile("temp")
+    await manager.delete(doomed)
+    await settled(ms)
+    before = totals(await ms.stats())
+    assert before[("gpt-x", "cli")]["sessions"] == 2
+    last = await ms.log.stream_last_seq()
+
+    # A dry run names what a purge would erase and changes nothing
+    plan = await purge(ms.log, "0s", dry_run=True)
+    assert [(u.kind, u.identifier) for u in plan.units] == [
+        ("profile", "temp"),
+        ("session", doomed),
+    ]
+    assert plan.events > 0
+    assert plan.erased == 0
+    assert plan.records == []
+    assert await ms.log.stream_last_seq() == last
+
+    report = await purge(ms.log, "0s")
+    assert report.erased == plan.events
+    assert len(report.records) == 1
+    assert report.records[0] == last + 1
+    # The events are gone from the stream: the session's, its registration's, its block's, and
+    # the deleted profile's; the others stay
+    assert await subject_events(ms, "session", doomed) == []
+    assert await subject_events(ms, "registry", doomed) == []
+    assert await subject_events(ms, "profile", "temp") == []
+    assert len(await subject_events(ms, "session", kept)) == 1
+    assert len(await subject_events(ms, "profile", "gina")) >= 2
+    stream = json.dumps([e.payload.decode() async for e in ms.log.read_subject("ms.>")])
+    assert "secret" not in stream
+    assert "passport" not in stream
+    assert "likes tea" not in stream
+    # The purge is recorded with sequences and counts only
+    (record,) = await subject_events(ms, "purge", "log")
+    payload = json.loads(record.payload)
+    assert payload["type"] == "purge.events_purged"
+    assert payload["events"] == report.erased
+    assert payload["sessions"] == 1
+    assert payload["profiles"] == 1
+    assert payload["subjects"] == len(payload["sequences"])
+    assert doomed not in record.payload.decode()
+    assert "temp" not in record.payload.decode()
+    assert record.headers["Ms-Actor"]
+
+    # Every read model equals one rebuilt from the purged log
+    await settled(ms)
+    await verified(ms)
+    # The statistics count what the log still holds: the doomed session's messages and usage
+    # are gone, and gina's conversation of it counts as outside any registered session
+    after = totals(await ms.stats())
+    assert after[("gpt-x", "cli")] == {
+        "sessions": 1,
+        "messages": 1,
+        "input_tokens": 0,
+        "ingested_messages": 0,
+    }
+    assert after[("", "")]["ingested_messages"] == 1
+    # Nothing is left to purge, and the session id can be used again
+    assert (await plan_purge(ms.log, "0s")).units == []
+    await ms.session(doomed).append_message(msg("n0", "a fresh start"))
+    assert [m["id"] for m in await ms.session(doomed).get_history()] == ["n0"]
+    await settled(ms)
+    await verified(ms)
+
+
+async def test_purge_keeps_the_grace_period_and_what_was_written_again(ms: Memstream) -> None:
+    manager = ms.session_manager()
+    recent = (await manager.create("Recent"))["id"]
+    await manager.append(recent, msg("m0", "hello"))
+    await manager.delete(recent)
+    revived = (await manager.create("Revived"))["id"]
+    await manager.append(revived, msg("m0", "hello"))
+    await manager.delete(revived)
+    # Written again after its deletion, through the session API (no registration)
+    await ms.session(revived).append_message(msg("m1", "still here"))
+    await settled(ms)
+    last = await ms.log.stream_last_seq()
+
+    # Deleted just now: inside a one-hour grace period
+    assert (await purge(ms.log, "1h")).units == []
+    # An hour later, the revived session is skipped with its reason; the other goes
+    report = await purge(ms.log, "1h", now=datetime.now(UTC) + timedelta(hours=2))
+    assert [u.identifier for u in report.units] == [recent]
+    assert [(s.identifier, s.reason) for s in report.skipped] == [
+        (revived, "it holds messages written after its deletion")
+    ]
+    assert await subject_events(ms, "session", recent) == []
+    assert len(await subject_events(ms, "session", revived)) > 0
+    assert await ms.log.stream_last_seq() == last + 1
+    assert [m["id"] for m in await ms.session(revived).get_history()] == ["m1"]
+    await settled(ms)
+    await verified(ms)

@@ -1,0 +1,379 @@
+"""``memstream admin purge``: erase from the stream the events of sessions and profiles deleted
+longer ago than a grace period.
+
+Deleting a session or a profile is itself an event: its messages stay on the log, which is what
+makes memory auditable and replayable, and also what a right to erasure must reach. A purge
+erases them for good, with JetStream's purge by subject, once the deletion is older than the
+grace period:
+
+- a **session deleted by a SessionManager** (its registry subject ends with
+  ``registry.session_deleted``): its registry subject, its session subject and its built-in
+  blocks' subjects, each up to its last event, provided each of them is blank (the session
+  subject holds no message, compaction, frozen prompt or loaded skill after its events; each
+  block ends with ``context.block_deleted``). A session written again after its deletion is
+  left alone and reported as skipped: erasing part of it would change what it reads as;
+- a **deleted profile** (its subject ends with ``memory.profile_deleted``): its subject.
+
+Before it erases anything the purge records a ``purge.events_purged`` event per namespace
+(:mod:`memstream.domain.purge_log`) naming the stream sequences of the erased subjects' last
+events, and no personal data: projections remove what they still keep of those aggregates, so
+that every read model equals one rebuilt from the purged log (``projections verify``). The
+event comes first: a purge that stops between it and the erasure left read models that a
+rebuild (which replays the still present events, then the purge event) gives again, and the
+next run erases the subjects (recording them once more, which removes nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import nats.errors
+from nats.js import api
+
+from memstream.domain.errors import InvalidInputError, UnavailableError
+from memstream.domain.purge_log import PURGE_EVENT_MAX_SUBJECTS, PURGE_LOG_ID, PurgeLog
+from memstream.domain.session import SessionAggregate
+from memstream.workers.aggregate_store import AggregateStore, CommandResult
+from memstream.workers.audit import AuditEvent, audit_event
+from memstream.workers.codec import CommandMeta
+from memstream.workers.event_contract import utc_time
+from memstream.workers.event_log import TRANSIENT_ERRORS, EventLog
+from memstream.workers.pull import Puller
+from memstream.workers.subjects import parse_subject, subject_for
+
+# --older-than: one or more <count><unit> (s, m, h, d, w), e.g. 30d, 1d12h, 90m.
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+_DURATION: Final = re.compile(r"(\d{1,9})([smhdw])")
+MAX_GRACE: Final = timedelta(days=36_500)
+_SESSION_END: Final = "registry.session_deleted"
+_PROFILE_END: Final = "memory.profile_deleted"
+_BLOCK_END: Final = "context.block_deleted"
+
+
+def parse_duration(text: str, option: str = "--older-than") -> timedelta:
+    """A grace period such as ``30d``, ``12h``, ``1d12h`` or ``0s``.
+
+    Raises:
+        InvalidInputError: not such a duration, or longer than 100 years.
+    """
+    value = text.strip()
+    parts = _DURATION.findall(value)
+    if not value or "".join(count + unit for count, unit in parts) != value:
+        raise InvalidInputError(
+            f"{option} {text!r} is not a duration: give <count><unit>..., units s, m, h, d, w "
+            "(e.g. 30d or 1d12h)"
+        )
+    seconds = sum(int(count) * _UNITS[unit] for count, unit in parts)
+    if seconds > MAX_GRACE.total_seconds():
+        raise InvalidInputError(f"{option} {text!r} is over the limit of {MAX_GRACE.days} days")
+    return timedelta(seconds=seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeUnit:
+    """A deleted session or profile and the subjects its events are on (each with the stream
+    sequence of its last event and how many events it holds)."""
+
+    kind: str  # "session" or "profile"
+    namespace: str
+    identifier: str
+    deleted_at: datetime
+    subjects: tuple[tuple[str, int, int], ...]
+
+    @property
+    def events(self) -> int:
+        return sum(count for _, _, count in self.subjects)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "id": self.identifier,
+            "deleted_at": self.deleted_at.isoformat(),
+            "subjects": len(self.subjects),
+            "events": self.events,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A deleted session old enough that is not purged, and why."""
+
+    namespace: str
+    identifier: str
+    reason: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "id": self.identifier, "reason": self.reason}
+
+
+@dataclass
+class PurgeReport:
+    """What a purge erased (or, with ``dry_run``, would erase)."""
+
+    older_than: str
+    deleted_before: datetime
+    dry_run: bool
+    units: list[PurgeUnit] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    erased: int = 0  # events JetStream reported purged
+    records: list[int] = field(default_factory=list)  # sequences of the purge events
+
+    @property
+    def subjects(self) -> int:
+        return sum(len(unit.subjects) for unit in self.units)
+
+    @property
+    def events(self) -> int:
+        return sum(unit.events for unit in self.units)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "older_than": self.older_than,
+            "deleted_before": self.deleted_before.isoformat(),
+            "sessions": sum(1 for unit in self.units if unit.kind == "session"),
+            "profiles": sum(1 for unit in self.units if unit.kind == "profile"),
+            "subjects": self.subjects,
+            "events": self.events,
+            "erased": self.erased,
+            "records": self.records,
+            "purged": [unit.as_json() for unit in self.units],
+            "skipped": [skip.as_json() for skip in self.skipped],
+        }
+
+
+async def plan_purge(log: EventLog, older_than: str, *, now: datetime | None = None) -> PurgeReport:
+    """What a purge with grace period ``older_than`` would erase now (nothing is changed).
+
+    Raises:
+        InvalidInputError: ``older_than`` is not a duration.
+        UnavailableError: NATS did not answer in time.
+    """
+    grace = parse_duration(older_than)
+    cutoff = (now or datetime.now(UTC)) - grace
+    report = PurgeReport(older_than=older_than, deleted_before=cutoff, dry_run=True)
+    ends = [event async for event in _last_per_subject(log)]
+    blocks: dict[tuple[str, str], list[AuditEvent]] = {}
+    for event in ends:
+        subject = parse_subject(event.subject)
+        if subject.aggregate == "block":
+            _label, _, session_id = subject.identifier.partition("\x00")
+            blocks.setdefault((subject.namespace, session_id), []).append(event)
+    for event in ends:
+        subject = parse_subject(event.subject)
+        if event.type not in (_SESSION_END, _PROFILE_END) or _decided_at(event) >= cutoff:
+            continue
+        if event.type == _PROFILE_END and subject.aggregate == "profile":
+            count = await _count(log, event.subject)
+            report.units.append(
+                PurgeUnit(
+                    "profile",
+                    subject.namespace,
+                    subject.identifier,
+                    _decided_at(event),
+                    ((event.subject, event.seq, count),),
+                )
+            )
+        elif event.type == _SESSION_END and subject.aggregate == "registry":
+            unit = await _session_unit(
+                log, event, blocks.get((subject.namespace, subject.identifier), [])
+            )
+            if isinstance(unit, Skipped):
+                report.skipped.append(unit)
+            else:
+                report.units.append(unit)
+    report.units.sort(key=lambda unit: (unit.namespace, unit.kind, unit.identifier))
+    return report
+
+
+async def purge(
+    log: EventLog,
+    older_than: str,
+    *,
+    meta: CommandMeta | None = None,
+    dry_run: bool = False,
+    now: datetime | None = None,
+) -> PurgeReport:
+    """Erase the events of sessions and profiles deleted longer ago than ``older_than``: per
+    namespace, record a ``purge.events_purged`` event, then purge each subject up to its last
+    event (an event appended after the plan was made stays).
+
+    Raises:
+        InvalidInputError: ``older_than`` is not a duration.
+        UnavailableError: NATS did not answer in time.
+    """
+    report = await plan_purge(log, older_than, now=now)
+    report.dry_run = dry_run
+    if dry_run or not report.units:
+        return report
+    by_namespace: dict[str, list[PurgeUnit]] = {}
+    for unit in report.units:
+        by_namespace.setdefault(unit.namespace, []).append(unit)
+    for namespace, units in sorted(by_namespace.items()):
+        store: AggregateStore[PurgeLog] = AggregateStore(log, _empty_purge_log(namespace))
+        subject = subject_for(log.subject_prefix, namespace, "purge", PURGE_LOG_ID)
+        for chunk in _chunks(units):
+            result: CommandResult[Any] = await store.execute(
+                subject, PURGE_LOG_ID, _record(report, chunk), meta
+            )
+            report.records.append(result.seq)
+            for unit in chunk:
+                for erased_subject, last_seq, _ in unit.subjects:
+                    report.erased += await _purge_subject(log, erased_subject, last_seq)
+    return report
+
+
+def _empty_purge_log(namespace: str) -> Callable[[str], PurgeLog]:
+    return lambda _key: PurgeLog.empty(namespace)
+
+
+def _record(report: PurgeReport, chunk: list[PurgeUnit]) -> Callable[[PurgeLog], list[Any]]:
+    """The decision that records the purge of ``chunk``."""
+    sequences = [seq for unit in chunk for _, seq, _ in unit.subjects]
+
+    def decide(purge_log: PurgeLog) -> list[Any]:
+        return purge_log.record(
+            sequences=sequences,
+            subjects=len(sequences),
+            events=sum(unit.events for unit in chunk),
+            sessions=sum(1 for unit in chunk if unit.kind == "session"),
+            profiles=sum(1 for unit in chunk if unit.kind == "profile"),
+            older_than=report.older_than,
+            deleted_before=utc_time(report.deleted_before),
+        )
+
+    return decide
+
+
+def _chunks(units: list[PurgeUnit]) -> Iterable[list[PurgeUnit]]:
+    """``units`` in runs whose subjects fit one purge event."""
+    chunk: list[PurgeUnit] = []
+    size = 0
+    for unit in units:
+        if chunk and size + len(unit.subjects) > PURGE_EVENT_MAX_SUBJECTS:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(unit)
+        size += len(unit.subjects)
+    if chunk:
+        yield chunk
+
+
+def _decided_at(event: AuditEvent) -> datetime:
+    """When the event was decided (its payload's ``time``; the stored time when it has none:
+    an imported stream's stored times are those of the import)."""
+    payload = event.payload
+    if isinstance(payload, dict) and isinstance(payload.get("time"), str):
+        try:
+            moment = datetime.fromisoformat(payload["time"])
+        except ValueError:
+            return event.time
+        return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return event.time
+
+
+async def _session_unit(
+    log: EventLog, end: AuditEvent, blocks: list[AuditEvent]
+) -> PurgeUnit | Skipped:
+    """A deleted session's subjects, if every one of them is blank."""
+    name = parse_subject(end.subject)
+    namespace, session_id = name.namespace, name.identifier
+    subjects = [(end.subject, end.seq, await _count(log, end.subject))]
+    for block in blocks:
+        if block.type != _BLOCK_END:
+            label = parse_subject(block.subject).identifier.partition("\x00")[0]
+            return Skipped(namespace, session_id, f"its block {label!r} was written again")
+        subjects.append((block.subject, block.seq, await _count(log, block.subject)))
+    session_subject = subject_for(log.subject_prefix, namespace, "session", session_id)
+    session = SessionAggregate.empty(namespace, session_id)
+    events = 0
+    last_seq = 0
+    compacted = False
+    async for entry in log.read_subject(session_subject):
+        event: Any = entry.decode()
+        event.mutate(session)
+        if isinstance(event, SessionAggregate.MessagesCleared):
+            compacted = False
+        elif isinstance(event, SessionAggregate.CompactionAdded):
+            compacted = True
+        events += 1
+        last_seq = entry.seq
+    if events:
+        if (
+            session.latest_leaf is not None
+            or compacted
+            or session.frozen_prompt is not None
+            or session.loaded_skills
+        ):
+            return Skipped(namespace, session_id, "it holds messages written after its deletion")
+        subjects.append((session_subject, last_seq, events))
+    return PurgeUnit("session", namespace, session_id, _decided_at(end), tuple(subjects))
+
+
+async def _last_per_subject(log: EventLog) -> Any:
+    """The last event of every subject of the stream (one ephemeral consumer)."""
+    config = api.ConsumerConfig(
+        deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+        ack_policy=api.AckPolicy.NONE,
+        filter_subject=f"{log.subject_prefix}.>",
+        inactive_threshold=30.0,
+        mem_storage=True,
+    )
+    try:
+        puller, info = await Puller.create(log.client, log.stream, config)
+    except TRANSIENT_ERRORS as error:
+        raise UnavailableError(f"cannot read stream {log.stream!r}: {error!r}") from error
+    try:
+        if not info.num_pending:
+            return
+        while True:
+            try:
+                msgs = await puller.fetch(500, log.timeout)
+            except (TimeoutError, nats.errors.TimeoutError) as error:
+                raise UnavailableError(f"reading stream {log.stream!r} timed out") from error
+            for msg in msgs:
+                yield audit_event(msg)
+                if msg.metadata.num_pending == 0:
+                    return
+    finally:
+        await puller.close()
+
+
+async def _count(log: EventLog, subject: str) -> int:
+    """How many events ``subject`` holds."""
+    try:
+        info = await log.js.stream_info(log.stream, subjects_filter=subject)
+    except TRANSIENT_ERRORS as error:
+        raise UnavailableError(f"cannot read stream {log.stream!r}: {error!r}") from error
+    return int((info.state.subjects or {}).get(subject, 0))
+
+
+async def _purge_subject(log: EventLog, subject: str, last_seq: int) -> int:
+    """Purge ``subject``'s events up to ``last_seq``; how many JetStream erased."""
+    request = json.dumps({"filter": subject, "seq": last_seq + 1}).encode()
+    try:
+        reply = await log.client.request(
+            f"$JS.API.STREAM.PURGE.{log.stream}", request, timeout=log.timeout
+        )
+    except TRANSIENT_ERRORS as error:
+        raise UnavailableError(f"cannot purge {log.stream!r}: {error!r}") from error
+    answer = json.loads(reply.data)
+    if "error" in answer:
+        raise UnavailableError(f"JetStream refused to purge {log.stream!r}: {answer['error']}")
+    return int(answer.get("purged", 0))
+
+
+__all__ = [
+    "PurgeReport",
+    "PurgeUnit",
+    "Skipped",
+    "parse_duration",
+    "plan_purge",
+    "purge",
+]
