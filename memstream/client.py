@@ -83,6 +83,8 @@ R = TypeVar("R")
 
 # How long the in-process projector gathers a burst of writes before committing it.
 PROJECTOR_LINGER = DEFAULT_LINGER
+# How long opening a client with workers waits for their durable consumers.
+WORKERS_BOUND_SECONDS = 5.0
 # The analytics worker gathers up to this long per transaction, as the projector does (nothing
 # a request reads waits for it; ``stats`` and ``verify`` wait for it at most this long more).
 ANALYTICS_LINGER = DEFAULT_LINGER
@@ -688,6 +690,17 @@ class Memstream:
         )
         self.extractor.start()
 
+    async def workers_bound(self, timeout: float = WORKERS_BOUND_SECONDS) -> None:
+        """Wait (at most ``timeout``) until the projector and the analytics worker of this
+        process have their durable consumers: from then on the copy is known to be projected
+        by them (``projections verify`` counts analytics for it). Without NATS they keep
+        trying in the background; this returns at the timeout."""
+        workers = [w for w in (self.projector, self.analytics) if w is not None]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                asyncio.gather(*(worker.bound.wait() for worker in workers)), timeout
+            )
+
     def watch_ownership(self, run_workers: bool, interval: float = 0.5) -> None:
         """As a guest of another process's embedded server, take it over when that owner
         exits: restart the server from the same store on the same port (the NATS client
@@ -809,6 +822,7 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
     if run_workers:
         try:
             ms.start_workers()
+            await ms.workers_bound()
         except BaseException:
             await ms.close()
             raise

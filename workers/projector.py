@@ -190,6 +190,9 @@ class ProjectorWorker:
         self.busy_batches = 0  # batches sent to a thread: another connection held the lock
         self.own_batches = 0  # batches applied for a reader here (apply_own), for tests and status
         self._stopping = asyncio.Event()
+        # Set once its durable consumer exists (what tells verify() that this copy is
+        # projected by such a worker), and stays set.
+        self.bound = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._committed = 0
         self._damage: str | None = None  # why the read model must be replaced, once known
@@ -595,6 +598,7 @@ class ProjectorWorker:
                 if self.on_commit:
                     self.on_commit(self._committed)
                 puller = await self._bind()
+                self.bound.set()
                 self._waiting_for = 0
                 try:
                     await self._consume(puller)
