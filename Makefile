@@ -20,8 +20,11 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/memstream up --demo
 
+# The suite waits on servers and processes more than it computes: two pytest workers halve it.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
