@@ -5,6 +5,7 @@ without personal data, and every read model still equals one rebuilt from the pu
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,7 +13,10 @@ import pytest
 from support.messages import msg
 from support.read_models import EMBEDDED_VERIFIED
 
-from memstream.client import Memstream
+from memstream.client import Memstream, open_memstream
+from memstream.domain.errors import UnavailableError
+from memstream.settings import Settings
+from memstream.workers import purge as purge_module
 from memstream.workers.purge import plan_purge, purge
 from memstream.workers.rebuild import verify
 
@@ -162,5 +166,49 @@ async def test_purge_keeps_the_grace_period_and_what_was_written_again(ms: Memst
     assert len(await subject_events(ms, "session", revived)) > 0
     assert await ms.log.stream_last_seq() == last + 1
     assert [m["id"] for m in await ms.session(revived).get_history()] == ["m1"]
+    await settled(ms)
+    await verified(ms)
+
+
+async def test_a_purge_that_stops_after_its_record_is_finished_by_the_next(
+    ms: Memstream, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = ms.session_manager()
+    doomed = (await manager.create("Doomed", model="gpt-x"))["id"]
+    await manager.append(doomed, msg("m0", "a secret"))
+    await manager.delete(doomed)
+    # And one in a second namespace: each namespace records its own purge
+    team = await open_memstream(replace(settings, namespace="team"), workers=False)
+    try:
+        other = (await team.session_manager().create("Other"))["id"]
+        await team.session_manager().append(other, msg("t0", "team secret"))
+        await team.session_manager().delete(other)
+    finally:
+        await team.close()
+
+    async def lost(*_: object) -> int:
+        raise UnavailableError("NATS went away")
+
+    # When the process loses NATS after recording the purge, before erasing anything
+    monkeypatch.setattr(purge_module, "_purge_subject", lost)
+    with pytest.raises(UnavailableError):
+        await purge(ms.log, "0s")
+    assert len(await subject_events(ms, "purge", "log")) == 1
+    assert len(await subject_events(ms, "session", doomed)) > 0
+    # Then the read models still equal a rebuild (which replays the events, then the record)
+    await settled(ms)
+    await verified(ms)
+    # And the next run erases both namespaces' sessions, recording each namespace's purge
+    monkeypatch.undo()
+    report = await purge(ms.log, "0s")
+    assert [(u.namespace, u.identifier) for u in report.units] == [
+        ("default", doomed),
+        ("team", other),
+    ]
+    assert len(report.records) == 2
+    assert await subject_events(ms, "session", doomed) == []
+    assert await ms.log.last_seq(f"ms.team.session.{other}") == 0
+    assert len(await subject_events(ms, "purge", "log")) == 2
+    assert await ms.log.last_seq("ms.team.purge.log") > 0
     await settled(ms)
     await verified(ms)
