@@ -26,6 +26,7 @@ next run erases the subjects (recording them once more, which removes nothing).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ from memstream.workers.event_contract import utc_time
 from memstream.workers.event_log import TRANSIENT_ERRORS, EventLog
 from memstream.workers.pull import Puller
 from memstream.workers.subjects import parse_subject, subject_for
+
+logger = logging.getLogger(__name__)
 
 # --older-than: one or more <count><unit> (s, m, h, d, w), e.g. 30d, 1d12h, 90m.
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
@@ -223,9 +226,20 @@ async def purge(
                 subject, PURGE_LOG_ID, _record(report, chunk), meta
             )
             report.records.append(result.seq)
+            erased = 0
             for unit in chunk:
                 for erased_subject, last_seq, _ in unit.subjects:
-                    report.erased += await _purge_subject(log, erased_subject, last_seq)
+                    erased += await _purge_subject(log, erased_subject, last_seq)
+            report.erased += erased
+            # Counts only: what was erased is named nowhere once it is gone.
+            logger.info(
+                "purged %d events of %d subjects from %s (namespace %s), recorded at %d",
+                erased,
+                sum(len(unit.subjects) for unit in chunk),
+                log.stream,
+                namespace,
+                result.seq,
+            )
     return report
 
 
