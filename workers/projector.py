@@ -140,6 +140,14 @@ class HeldOwn:
             projector._drop_group(self, self._count)
 
 
+def consumed_subjects(prefix: str, projections: Sequence[str]) -> str:
+    """The subject filter of a projector of ``projections``: every event, or only Agent Memory
+    events for ``vectors`` alone (the indexer)."""
+    if set(projections) <= set(INDEXER_PROJECTIONS):
+        return f"{prefix}.*.profile.*"
+    return f"{prefix}.>"
+
+
 class ProjectorWorker:
     """Consumes the whole stream in order and keeps the read models current.
 
@@ -250,9 +258,7 @@ class ProjectorWorker:
         """What its consumer delivers: every event; only Agent Memory events to a projector of
         ``vectors`` alone (the indexer), whose readers wait for their profile's last event,
         not for the stream's (see :meth:`memstream.client.Memstream.wait_for_profile`)."""
-        if set(self.store.projections) <= set(INDEXER_PROJECTIONS):
-            return f"{self.log.subject_prefix}.*.profile.*"
-        return f"{self.log.subject_prefix}.>"
+        return consumed_subjects(self.log.subject_prefix, self.store.projections)
 
     def start_position(self) -> int:
         """First stream sequence not yet applied by every projection."""

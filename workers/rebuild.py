@@ -22,7 +22,7 @@ from memstream.projections.ports import (
     select_projections,
 )
 from memstream.workers.event_log import TRANSIENT_ERRORS, EventLog, LogEntry
-from memstream.workers.projector import projector_consumer
+from memstream.workers.projector import consumed_subjects, projector_consumer
 from memstream.workers.pull import Puller, stream_sequence
 
 Progress = Callable[[int, int], None]
@@ -185,9 +185,16 @@ async def verify(
             ]
         target = as_of if as_of is not None else await log.stream_last_seq()
         if as_of is None:
+            # A worker that consumes part of the stream (the indexer: Agent Memory events)
+            # reaches the last event of that part, not the stream's.
+            reach = dict.fromkeys(selected, target)
+            for p in selected:
+                subjects = consumed_subjects(log.subject_prefix, (p,))
+                if subjects != f"{log.subject_prefix}.>":
+                    reach[p] = min(target, await log.last_seq(subjects))
             loop = asyncio.get_running_loop()
             deadline = loop.time() + wait_timeout
-            while min(live.positions()[p] for p in selected) < target:
+            while any(live.positions()[p] < reach[p] for p in selected):
                 if loop.time() > deadline:
                     raise UnavailableError(f"live read model did not reach {target}")
                 await asyncio.sleep(0.05)

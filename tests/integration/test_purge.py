@@ -120,9 +120,11 @@ async def test_purge_erases_deleted_sessions_and_profiles_and_verify_holds(
     assert "temp" not in record.payload.decode()
     assert record.headers["Ms-Actor"]
 
-    # Every read model equals one rebuilt from the purged log
+    # Every read model equals one rebuilt from the purged log, the vectors too
     await settled(ms)
     await verified(ms)
+    (vectors,) = await verify(ms.log, ms.copy, ["vectors"], encoder=ms.encoder)
+    assert vectors.ok, vectors
     # The statistics count what the log still holds: the doomed session's messages and usage
     # are gone, and gina's conversation of it counts as outside any registered session
     after = totals(await ms.stats())
