@@ -8,6 +8,10 @@ Optimistic-concurrency headers (``Nats-Expected-*``) are dropped: they name the 
 sequences. The stream stores each event at import time (its own stored time); the decision time
 stays in the payload's ``time``.
 
+A purge record (``purge.events_purged``) names events by their source sequences: import renumbers
+them to the sequences the named events got here and leaves out those the export does not hold
+(erased), the one payload it changes (see :func:`_renumbered`).
+
 The whole file is checked before anything is published, so a bad line leaves the stream as it
 was. Events go out as JetStream atomic batches (all or none each); a batch the stream has stored
 already (an import run again within the duplicate window) is acknowledged as duplicates.
@@ -18,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,6 +50,7 @@ _DROPPED_PREFIX = "Nats-Expected-"
 _BATCH_ID = "Nats-Batch-Id"
 _DROPPED = frozenset({_BATCH_ID, "Nats-Batch-Sequence", "Nats-Batch-Commit"})
 _TOKEN = re.compile(r"[A-Za-z0-9_=\-]+")
+_PURGE_TYPE = "purge.events_purged"
 _HEADER_NAME = re.compile(r"[!-9;-~]+")  # printable ASCII without ':' (RFC 7230 token-ish)
 MAX_LINE_BYTES = 64 * 1024 * 1024
 
@@ -60,6 +65,9 @@ class ImportEvent:
     headers: dict[str, str]
     msg_id: str
     group: str  # what it was written with all or none: its source batch's id, or its own id
+    source_seq: int = 0  # its sequence in the source stream (0: the line does not say)
+    # A purge record's payload (purge.events_purged), whose sequences name source events
+    purge: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +140,18 @@ def parse_line(text: str, line: int, prefix: str) -> ImportEvent:
     else:
         body = encode_json_payload(payload)
     target = f"{prefix}.{tokens[1]}.{tokens[2]}.{tokens[3]}"
-    return ImportEvent(line, target, body, headers, msg_id, group or msg_id)
+    source_seq = data.get("seq")
+    if not isinstance(source_seq, int) or isinstance(source_seq, bool) or source_seq < 0:
+        source_seq = 0
+    purge = None
+    if isinstance(payload, dict) and payload.get("type") == _PURGE_TYPE:
+        sequences = payload.get("sequences")
+        if not isinstance(sequences, list) or not all(
+            isinstance(seq, int) and not isinstance(seq, bool) for seq in sequences
+        ):
+            raise _bad(line, f"a {_PURGE_TYPE} event whose 'sequences' are not integers")
+        purge = payload
+    return ImportEvent(line, target, body, headers, msg_id, group or msg_id, source_seq, purge)
 
 
 def _is_json_text(text: str) -> bool:
@@ -173,8 +192,11 @@ def read_lines(source: IO[str]) -> Iterator[tuple[int, str]]:
             yield number, text
 
 
-def check_file(path: Path, prefix: str, max_payload: int) -> int:
-    """Check every line of the export at ``path``; return how many events it holds.
+def check_file(
+    path: Path, prefix: str, max_payload: int, referenced: set[int] | None = None
+) -> int:
+    """Check every line of the export at ``path``; return how many events it holds (and add
+    the source sequences its purge records name to ``referenced``).
 
     Raises:
         InvalidInputError: a line is not an export line, or an event is larger than the
@@ -193,6 +215,8 @@ def check_file(path: Path, prefix: str, max_payload: int) -> int:
                         f"the event is {size} bytes; the NATS server's max_payload is "
                         f"{max_payload}",
                     )
+                if event.purge is not None and referenced is not None:
+                    referenced.update(event.purge["sequences"])
                 count += 1
         except UnicodeDecodeError as error:
             raise InvalidInputError(f"import file {path} is not UTF-8: {error}") from None
@@ -207,6 +231,9 @@ def batches(events: Iterable[ImportEvent]) -> Iterator[list[ImportEvent]]:
     size = 0
     for event in events:
         full = len(batch) >= IMPORT_BATCH or size + len(event.payload) > IMPORT_BATCH_BYTES
+        # A purge record starts a batch: the events it names are stored by then (and their
+        # new sequences known).
+        full = full or event.purge is not None
         if batch and full and event.group != batch[-1].group:
             yield batch
             batch, size = [], 0
@@ -251,7 +278,10 @@ async def import_events(
             "stream (use --force to append to it)"
         )
     max_payload = int(getattr(log.client, "max_payload", 0) or 0)
-    total = check_file(path, log.subject_prefix, max_payload)
+    referenced: set[int] = set()
+    total = check_file(path, log.subject_prefix, max_payload, referenced)
+    # Where the events that purge records name are stored in this stream (see _renumbered)
+    stored_at: dict[int, int] = {}
     if on_total is not None:
         on_total(total)
     stored = duplicates = 0
@@ -259,6 +289,7 @@ async def import_events(
     with path.open(encoding="utf-8") as source:
         events = (parse_line(text, n, log.subject_prefix) for n, text in read_lines(source))
         for batch in batches(events):
+            batch = [_renumbered(event, stored_at) for event in batch]
             try:
                 result = await _publish_batch(log, batch)
             except UnavailableError as error:
@@ -270,14 +301,31 @@ async def import_events(
             stored += result[0]
             duplicates += result[1]
             last_seq = max(last_seq, result[2])
+            for event, seq in zip(batch, result[3], strict=True):
+                if event.source_seq in referenced:
+                    stored_at[event.source_seq] = seq
             if on_progress is not None:
                 on_progress(len(batch))
     return ImportResult(stored, duplicates, last_seq or await log.stream_last_seq())
 
 
-async def _publish_batch(log: EventLog, batch: Sequence[ImportEvent]) -> tuple[int, int, int]:
-    """(stored, duplicates, last sequence) of one batch; one by one when the stream refuses
-    the batch as a whole (some of its events are stored already)."""
+def _renumbered(event: ImportEvent, stored_at: dict[int, int]) -> ImportEvent:
+    """A purge record with the sequences it names as this stream numbers them: the events it
+    names that the export holds (a purge recorded but never carried out) are stored here under
+    new sequences, and those it does not hold (erased) under none. Sequences of the source
+    stream would name other events here, whose rows projections would then remove."""
+    if event.purge is None:
+        return event
+    payload = dict(event.purge)
+    payload["sequences"] = sorted(stored_at[s] for s in payload["sequences"] if s in stored_at)
+    return replace(event, payload=encode_json_payload(payload), purge=payload)
+
+
+async def _publish_batch(
+    log: EventLog, batch: Sequence[ImportEvent]
+) -> tuple[int, int, int, list[int]]:
+    """(stored, duplicates, last sequence, each event's sequence) of one batch; one by one when
+    the stream refuses the batch as a whole (some of its events are stored already)."""
     messages = [
         (event.subject, OutgoingMessage(event.payload, _without_id(event.headers), event.msg_id))
         for event in batch
@@ -287,8 +335,11 @@ async def _publish_batch(log: EventLog, batch: Sequence[ImportEvent]) -> tuple[i
     except (ExpectedSequenceMismatch, nats.js.errors.BadRequestError):
         result = None
     if result is not None and not result.duplicate:
-        return len(batch), 0, result.seq
+        # An atomic batch is stored as one run of sequences.
+        first = result.seq - len(batch) + 1
+        return len(batch), 0, result.seq, list(range(first, result.seq + 1))
     stored = duplicates = last = 0
+    seqs: list[int] = []
     for subject, message in messages:
         one = await log.publish_many([(subject, message)], {})
         if one.duplicate:
@@ -296,7 +347,8 @@ async def _publish_batch(log: EventLog, batch: Sequence[ImportEvent]) -> tuple[i
         else:
             stored += 1
         last = max(last, one.seq)
-    return stored, duplicates, last
+        seqs.append(one.seq)
+    return stored, duplicates, last, seqs
 
 
 def _without_id(headers: dict[str, str]) -> dict[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,9 @@ from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import UnavailableError
 from memstream.settings import Settings
 from memstream.workers import purge as purge_module
+from memstream.workers.audit import EventQuery, read_events
+from memstream.workers.event_transfer import import_events
+from memstream.workers.nats_server import NatsServerProcess
 from memstream.workers.purge import plan_purge, purge
 from memstream.workers.rebuild import verify
 
@@ -214,3 +218,79 @@ async def test_a_purge_that_stops_after_its_record_is_finished_by_the_next(
     assert await ms.log.last_seq("ms.team.purge.log") > 0
     await settled(ms)
     await verified(ms)
+
+
+async def export(ms: Memstream, path: Path) -> None:
+    with path.open("w") as out:
+        async for event in read_events(ms.log, EventQuery()):
+            out.write(json.dumps(event.export_json()) + "\n")
+
+
+async def test_an_import_renumbers_what_purge_records_name(
+    ms: Memstream, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A source whose purge was recorded but never carried out (NATS lost in between)
+    manager = ms.session_manager()
+    doomed = (await manager.create("Doomed"))["id"]
+    await manager.append(doomed, msg("m0", "a secret"))
+    await manager.delete(doomed)
+    kept = (await manager.create("Kept"))["id"]
+    await manager.append_all(kept, [msg("k0", "one"), msg("k1", "two")])
+
+    async def lost(*_: object) -> int:
+        raise UnavailableError("NATS went away")
+
+    monkeypatch.setattr(purge_module, "_purge_subject", lost)
+    with pytest.raises(UnavailableError):
+        await purge(ms.log, "0s")
+    monkeypatch.undo()
+    backup = tmp_path / "backup.jsonl"
+    await export(ms, backup)
+
+    other = NatsServerProcess.start(tmp_path / "nats-b", log_path=tmp_path / "nats-b.log")
+    try:
+        # (restored into SQLite read models of its own data dir, whatever the source's)
+        target_settings = replace(
+            settings, data_dir=tmp_path / "b", nats_url=other.url, database_url=None
+        )
+        target = await open_memstream(target_settings, workers=True)
+        try:
+            # Restored elsewhere, with another stream's numbering (it starts with two events
+            # of its own), the record names the same events by their new sequences
+            await target.session("before").append_messages([msg("b0"), msg("b1")])
+            await import_events(target.log, backup, force=True)
+            (record,) = await subject_events(target, "purge", "log")
+            named = json.loads(record.payload)["sequences"]
+            subjects = [f"registry.{doomed}", f"session.{doomed}"]
+            assert named == sorted([await target.log.last_seq(f"ms.default.{s}") for s in subjects])
+            await settled(target)
+            await verified(target)
+            assert [m["id"] for m in await target.session(kept).get_history()] == ["k0", "k1"]
+            # And a purge there erases them, recording them again under their new sequences
+            report = await purge(target.log, "0s")
+            assert [u.identifier for u in report.units] == [doomed]
+            await settled(target)
+            await verified(target)
+        finally:
+            await target.close()
+    finally:
+        other.stop()
+    # Exported after the purge was carried out, the record names nothing that was imported
+    await purge(ms.log, "0s")
+    await export(ms, backup)
+    other = NatsServerProcess.start(tmp_path / "nats-c", log_path=tmp_path / "nats-c.log")
+    try:
+        third = await open_memstream(
+            replace(settings, data_dir=tmp_path / "c", nats_url=other.url, database_url=None),
+            workers=True,
+        )
+        try:
+            await import_events(third.log, backup)
+            records = await subject_events(third, "purge", "log")
+            assert [json.loads(r.payload)["sequences"] for r in records] == [[], []]
+            await settled(third)
+            await verified(third)
+        finally:
+            await third.close()
+    finally:
+        other.stop()
