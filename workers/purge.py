@@ -331,11 +331,13 @@ async def _session_unit(
 
 
 async def _last_per_subject(log: EventLog) -> Any:
-    """The last event of every subject of the stream (one ephemeral consumer)."""
+    """The last event of every registry, profile and block subject (one ephemeral consumer):
+    what ends a deletion. Session subjects, the largest, are read only for deleted sessions."""
+    prefix = log.subject_prefix
     config = api.ConsumerConfig(
         deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
         ack_policy=api.AckPolicy.NONE,
-        filter_subject=f"{log.subject_prefix}.>",
+        filter_subjects=[f"{prefix}.*.{kind}.*" for kind in ("registry", "profile", "block")],
         inactive_threshold=30.0,
         mem_storage=True,
     )
