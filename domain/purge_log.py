@@ -21,6 +21,7 @@ from typing import Any, Final
 from eventsourcing.domain import Aggregate
 
 from memstream.domain.aggregates import empty_aggregate, next_event
+from memstream.domain.errors import InvalidInputError
 
 _NAMESPACE = uuid.UUID("0b7e3f51-6a2d-4c1e-8f3b-5d9a2c4e6f10")
 PURGE_LOG_ID: Final = "log"  # the id token of a namespace's purge log subject
@@ -77,7 +78,7 @@ class PurgeLog(Aggregate):
         if not sequences:
             return []
         if len(sequences) > PURGE_EVENT_MAX_SUBJECTS:
-            raise ValueError(
+            raise InvalidInputError(
                 f"a purge event names at most {PURGE_EVENT_MAX_SUBJECTS} subjects, "
                 f"not {len(sequences)}"
             )

@@ -325,7 +325,7 @@ async def _session_unit(
             or session.frozen_prompt is not None
             or session.loaded_skills
         ):
-            return Skipped(namespace, session_id, "it holds messages written after its deletion")
+            return Skipped(namespace, session_id, "it was written again after its deletion")
         subjects.append((session_subject, last_seq, events))
     return PurgeUnit("session", namespace, session_id, _decided_at(end), tuple(subjects))
 

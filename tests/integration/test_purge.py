@@ -166,7 +166,7 @@ async def test_purge_keeps_the_grace_period_and_what_was_written_again(ms: Memst
     report = await purge(ms.log, "1h", now=datetime.now(UTC) + timedelta(hours=2))
     assert [u.identifier for u in report.units] == [recent]
     assert [(s.identifier, s.reason) for s in report.skipped] == [
-        (revived, "it holds messages written after its deletion")
+        (revived, "it was written again after its deletion")
     ]
     assert await subject_events(ms, "session", recent) == []
     assert len(await subject_events(ms, "session", revived)) > 0

@@ -74,7 +74,7 @@ def test_the_purge_event_holds_sequences_and_counts_only() -> None:
         "older_than",
         "deleted_before",
     }
-    with pytest.raises(ValueError, match="at most 10000 subjects, not 10001"):
+    with pytest.raises(InvalidInputError, match="at most 10000 subjects, not 10001"):
         log.record(
             sequences=list(range(1, PURGE_EVENT_MAX_SUBJECTS + 2)),
             subjects=PURGE_EVENT_MAX_SUBJECTS + 1,
