@@ -4,7 +4,9 @@ without personal data, and every read model still equals one rebuilt from the pu
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -226,6 +228,24 @@ async def export(ms: Memstream, path: Path) -> None:
             out.write(json.dumps(event.export_json()) + "\n")
 
 
+@contextlib.asynccontextmanager
+async def elsewhere(settings: Settings, root: Path) -> AsyncIterator[Memstream]:
+    """A client with workers of an empty stream on another nats-server, its read models in
+    SQLite under ``root`` (whatever the source's backend)."""
+    server = NatsServerProcess.start(root / "nats", log_path=root / "nats.log")
+    try:
+        client = await open_memstream(
+            replace(settings, data_dir=root / "data", nats_url=server.url, database_url=None),
+            workers=True,
+        )
+        try:
+            yield client
+        finally:
+            await client.close()
+    finally:
+        server.stop()
+
+
 async def test_an_import_renumbers_what_purge_records_name(
     ms: Memstream, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -247,50 +267,29 @@ async def test_an_import_renumbers_what_purge_records_name(
     backup = tmp_path / "backup.jsonl"
     await export(ms, backup)
 
-    other = NatsServerProcess.start(tmp_path / "nats-b", log_path=tmp_path / "nats-b.log")
-    try:
-        # (restored into SQLite read models of its own data dir, whatever the source's)
-        target_settings = replace(
-            settings, data_dir=tmp_path / "b", nats_url=other.url, database_url=None
-        )
-        target = await open_memstream(target_settings, workers=True)
-        try:
-            # Restored elsewhere, with another stream's numbering (it starts with two events
-            # of its own), the record names the same events by their new sequences
-            await target.session("before").append_messages([msg("b0"), msg("b1")])
-            await import_events(target.log, backup, force=True)
-            (record,) = await subject_events(target, "purge", "log")
-            named = json.loads(record.payload)["sequences"]
-            subjects = [f"registry.{doomed}", f"session.{doomed}"]
-            assert named == sorted([await target.log.last_seq(f"ms.default.{s}") for s in subjects])
-            await settled(target)
-            await verified(target)
-            assert [m["id"] for m in await target.session(kept).get_history()] == ["k0", "k1"]
-            # And a purge there erases them, recording them again under their new sequences
-            report = await purge(target.log, "0s")
-            assert [u.identifier for u in report.units] == [doomed]
-            await settled(target)
-            await verified(target)
-        finally:
-            await target.close()
-    finally:
-        other.stop()
+    async with elsewhere(settings, tmp_path / "b") as target:
+        # Restored into another stream, with its own numbering (it starts with an event of
+        # its own), the record names the same events by their new sequences
+        await target.session("before").append_messages([msg("b0"), msg("b1")])
+        await import_events(target.log, backup, force=True)
+        (record,) = await subject_events(target, "purge", "log")
+        named = json.loads(record.payload)["sequences"]
+        subjects = [f"registry.{doomed}", f"session.{doomed}"]
+        assert named == sorted([await target.log.last_seq(f"ms.default.{s}") for s in subjects])
+        await settled(target)
+        await verified(target)
+        assert [m["id"] for m in await target.session(kept).get_history()] == ["k0", "k1"]
+        # And a purge there erases them, recording them again under their new sequences
+        report = await purge(target.log, "0s")
+        assert [u.identifier for u in report.units] == [doomed]
+        await settled(target)
+        await verified(target)
     # Exported after the purge was carried out, the record names nothing that was imported
     await purge(ms.log, "0s")
     await export(ms, backup)
-    other = NatsServerProcess.start(tmp_path / "nats-c", log_path=tmp_path / "nats-c.log")
-    try:
-        third = await open_memstream(
-            replace(settings, data_dir=tmp_path / "c", nats_url=other.url, database_url=None),
-            workers=True,
-        )
-        try:
-            await import_events(third.log, backup)
-            records = await subject_events(third, "purge", "log")
-            assert [json.loads(r.payload)["sequences"] for r in records] == [[], []]
-            await settled(third)
-            await verified(third)
-        finally:
-            await third.close()
-    finally:
-        other.stop()
+    async with elsewhere(settings, tmp_path / "c") as third:
+        await import_events(third.log, backup)
+        records = await subject_events(third, "purge", "log")
+        assert [json.loads(r.payload)["sequences"] for r in records] == [[], []]
+        await settled(third)
+        await verified(third)
