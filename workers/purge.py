@@ -29,7 +29,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -41,7 +41,7 @@ from memstream.domain.purge_log import PURGE_EVENT_MAX_SUBJECTS, PURGE_LOG_ID, P
 from memstream.domain.session import SessionAggregate
 from memstream.workers.aggregate_store import AggregateStore, CommandResult
 from memstream.workers.audit import AuditEvent, audit_event
-from memstream.workers.codec import CommandMeta
+from memstream.workers.codec import CommandMeta, new_command_id
 from memstream.workers.event_contract import utc_time
 from memstream.workers.event_log import TRANSIENT_ERRORS, EventLog
 from memstream.workers.pull import Puller
@@ -215,6 +215,9 @@ async def purge(
     report.dry_run = dry_run
     if dry_run or not report.units:
         return report
+    # One command per record (a command id is a message id: JetStream would take a second
+    # record with the same one for a duplicate), correlated by the run's.
+    run = meta or CommandMeta()
     by_namespace: dict[str, list[PurgeUnit]] = {}
     for unit in report.units:
         by_namespace.setdefault(unit.namespace, []).append(unit)
@@ -222,8 +225,13 @@ async def purge(
         store: AggregateStore[PurgeLog] = AggregateStore(log, _empty_purge_log(namespace))
         subject = subject_for(log.subject_prefix, namespace, "purge", PURGE_LOG_ID)
         for chunk in _chunks(units):
+            command = replace(
+                run,
+                command_id=new_command_id(),
+                correlation_id=run.correlation_id or run.command_id,
+            )
             result: CommandResult[Any] = await store.execute(
-                subject, PURGE_LOG_ID, _record(report, chunk), meta
+                subject, PURGE_LOG_ID, _record(report, chunk), command
             )
             report.records.append(result.seq)
             erased = 0

@@ -21,6 +21,7 @@ from memstream.domain.errors import UnavailableError
 from memstream.settings import Settings
 from memstream.workers import purge as purge_module
 from memstream.workers.audit import EventQuery, read_events
+from memstream.workers.codec import CommandMeta
 from memstream.workers.event_transfer import import_events
 from memstream.workers.nats_server import NatsServerProcess
 from memstream.workers.purge import plan_purge, purge
@@ -207,8 +208,10 @@ async def test_a_purge_that_stops_after_its_record_is_finished_by_the_next(
     await settled(ms)
     await verified(ms)
     # And the next run erases both namespaces' sessions, recording each namespace's purge
+    # (one command each, correlated by the run's)
     monkeypatch.undo()
-    report = await purge(ms.log, "0s")
+    run = CommandMeta(actor="ops@cron")
+    report = await purge(ms.log, "0s", meta=run)
     assert [(u.namespace, u.identifier) for u in report.units] == [
         ("default", doomed),
         ("team", other),
@@ -217,7 +220,12 @@ async def test_a_purge_that_stops_after_its_record_is_finished_by_the_next(
     assert await subject_events(ms, "session", doomed) == []
     assert await ms.log.last_seq(f"ms.team.session.{other}") == 0
     assert len(await subject_events(ms, "purge", "log")) == 2
-    assert await ms.log.last_seq("ms.team.purge.log") > 0
+    (team_record,) = [e async for e in ms.log.read_subject("ms.team.purge.log")]
+    (_, record) = await subject_events(ms, "purge", "log")  # (the first: the stopped run)
+    assert team_record.seq == report.records[1]
+    for entry in (record, team_record):
+        assert entry.headers["Ms-Actor"] == "ops@cron"
+        assert entry.headers["Ms-Correlation-Id"] == run.command_id
     await settled(ms)
     await verified(ms)
 
