@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -318,8 +318,12 @@ async def _session_unit(
     last_seq = 0
     compacted = False
     async for entry in log.read_subject(session_subject):
-        event: Any = entry.decode()
-        event.mutate(session)
+        try:
+            event: Any = entry.decode()
+            event.mutate(session)
+        except Exception:  # a poison event: what the session holds cannot be told
+            reason = f"its event at sequence {entry.seq} cannot be read"
+            return Skipped(namespace, session_id, reason)
         if isinstance(event, SessionAggregate.MessagesCleared):
             compacted = False
         elif isinstance(event, SessionAggregate.CompactionAdded):
@@ -338,7 +342,7 @@ async def _session_unit(
     return PurgeUnit("session", namespace, session_id, _decided_at(end), tuple(subjects))
 
 
-async def _last_per_subject(log: EventLog) -> Any:
+async def _last_per_subject(log: EventLog) -> AsyncIterator[AuditEvent]:
     """The last event of every registry, profile and block subject (one ephemeral consumer):
     what ends a deletion. Session subjects, the largest, are read only for deleted sessions."""
     prefix = log.subject_prefix

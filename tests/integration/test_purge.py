@@ -160,6 +160,12 @@ async def test_purge_keeps_the_grace_period_and_what_was_written_again(ms: Memst
     await manager.delete(revived)
     # Written again after its deletion, through the session API (no registration)
     await ms.session(revived).append_message(msg("m1", "still here"))
+    # And one whose subject got a message that is no event at all
+    poisoned = (await manager.create("Poisoned"))["id"]
+    await manager.delete(poisoned)
+    junk = await ms.log.js.publish(
+        f"ms.default.session.{poisoned}", b"\xff not json", headers={"Nats-Msg-Id": "junk-1"}
+    )
     await settled(ms)
     last = await ms.log.stream_last_seq()
 
@@ -168,9 +174,12 @@ async def test_purge_keeps_the_grace_period_and_what_was_written_again(ms: Memst
     # An hour later, the revived session is skipped with its reason; the other goes
     report = await purge(ms.log, "1h", now=datetime.now(UTC) + timedelta(hours=2))
     assert [u.identifier for u in report.units] == [recent]
-    assert [(s.identifier, s.reason) for s in report.skipped] == [
-        (revived, "it was written again after its deletion")
-    ]
+    assert sorted((s.identifier, s.reason) for s in report.skipped) == sorted(
+        [
+            (revived, "it was written again after its deletion"),
+            (poisoned, f"its event at sequence {junk.seq} cannot be read"),
+        ]
+    )
     assert await subject_events(ms, "session", recent) == []
     assert len(await subject_events(ms, "session", revived)) > 0
     assert await ms.log.stream_last_seq() == last + 1
