@@ -51,6 +51,7 @@ BENCHMARKS = (
     "pg_agent_loop",
     "pg_recall",
     "transfer",
+    "scale",
 )
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 

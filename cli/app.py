@@ -102,6 +102,14 @@ def root(
             "MEMSTREAM_STREAM_REPLICAS; default 1).",
         ),
     ] = None,
+    stream_partitions: Annotated[
+        int | None,
+        typer.Option(
+            "--stream-partitions",
+            help="Partitions of the stream when memstream creates it, 0-1024 (env "
+            "MEMSTREAM_STREAM_PARTITIONS; default 0: none). An existing stream keeps its own.",
+        ),
+    ] = None,
     namespace: Annotated[
         str | None,
         typer.Option("--namespace", help="Namespace (env MEMSTREAM_NAMESPACE; default: default)."),
@@ -142,6 +150,7 @@ def root(
         stream_replicas,
         database_url,
         check_log_format(log_format),
+        stream_partitions,
     )
 
 

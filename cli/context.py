@@ -31,6 +31,7 @@ class GlobalOptions:
     stream_replicas: int | None = None
     database_url: str | None = None
     log_format: str = "text"
+    stream_partitions: int | None = None
 
 
 def settings_of(ctx: typer.Context) -> Settings:
@@ -47,6 +48,7 @@ def settings_of(ctx: typer.Context) -> Settings:
         namespace=options.namespace,
         actor=options.actor,
         stream_replicas=options.stream_replicas,
+        stream_partitions=options.stream_partitions,
         database_url=options.database_url,
     )
 

@@ -123,6 +123,22 @@ def worker(
             show_default=False,
         ),
     ] = None,
+    partitions: Annotated[
+        bool,
+        typer.Option(
+            "--partitions",
+            help="Projector of a partitioned stream: share its partitions with the other "
+            "projectors of this read-model copy (leases in a NATS KV bucket; a dead one's "
+            "partitions are taken over within --lease-ttl).",
+        ),
+    ] = False,
+    lease_ttl: Annotated[
+        float,
+        typer.Option(
+            "--lease-ttl",
+            help="Seconds a partition's lease lasts unless renewed (with --partitions).",
+        ),
+    ] = 6.0,
     metrics_port: Annotated[int | None, METRICS_PORT] = None,
     metrics_host: Annotated[str, METRICS_HOST] = "127.0.0.1",
 ) -> None:
@@ -143,6 +159,10 @@ def worker(
     selected = worker_projections(
         name, tuple(parse_projections("--projections", projections, PROJECTOR_PROJECTIONS))
     )
+    if partitions and name != "projector":
+        raise InvalidInputError(f"--partitions is for the projector; the {name} reads it whole")
+    if not 0.5 <= lease_ttl <= 300:
+        raise InvalidInputError(f"--lease-ttl is {lease_ttl:g}; it must be 0.5 to 300 seconds")
     if not 0 <= linger <= MAX_LINGER:
         raise InvalidInputError(f"--linger is {linger:g}; it must be 0 to {MAX_LINGER:g} seconds")
     runtime: EmbeddedRuntime | None = None
@@ -161,13 +181,15 @@ def worker(
         prepare_data_dir(settings.data_dir)
     try:
         # One read-model copy has one projector: refuse now, in one line, if one runs.
-        if name != "extractor":  # the extractor writes to the log only
+        # (By partition, each partition's projector takes its own locks.)
+        if name != "extractor" and not partitions:  # the extractor writes to the log only
             lock = claim_copy(open_read_models(settings), selected)
         configure_logging(ctx)
         config = WorkerConfig(
             nats_url=url,
             stream=settings.stream,
             stream_replicas=settings.stream_replicas,
+            stream_partitions=settings.stream_partitions,
             database=(
                 settings.database_path
                 if settings.database_url is not None
@@ -177,6 +199,8 @@ def worker(
             linger=linger,
             projections=selected,
             embedding_model=settings.embedding_model,
+            partitioned=partitions,
+            lease_ttl=lease_ttl,
         )
         security = (
             nats_security(token=runtime.token)  # the embedded server takes its data dir's token

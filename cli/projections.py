@@ -177,7 +177,17 @@ def verify_projections(
                     ms.log, ms.copy, chosen, as_of=as_of, progress=progress, encoder=encoder
                 )
             tracked = {s.name: s.tracked_seq for s in projection_statuses(ms.read_models, 0)}
-            return results, {r.projection: tracked[r.projection] == r.seq for r in results}
+            comparable = {}
+            for r in results:
+                # By partition, a partition's row stays at its last event: the model is at
+                # r.seq when none is past it (verify waited for each partition's last event).
+                partitions = ms.read_models.tracked_partitions(r.projection)
+                comparable[r.projection] = (
+                    max(partitions.values()) <= r.seq and as_of is None
+                    if partitions
+                    else tracked[r.projection] == r.seq
+                )
+            return results, comparable
 
     try:
         results, comparable = run(main())

@@ -12,6 +12,8 @@ ACTOR_MAX_CHARS: Final = 128
 MESSAGE_ID_MAX_CHARS: Final = 256
 SESSION_ID_MAX_CHARS: Final = 256
 MEMORY_SESSION_ID_MAX_CHARS: Final = 64
+# The most partitions a stream may have (a durable consumer, a lease and tracking rows each).
+MAX_PARTITIONS: Final = 1024
 NAMESPACE_MAX_CHARS: Final = 32
 PROFILE_NAME_MAX_CHARS: Final = 100
 CONTEXT_LABEL_MAX_CHARS: Final = 64

@@ -42,7 +42,7 @@ async def daily_totals(args: argparse.Namespace) -> list[dict[str, Any]]:
         js = client.jetstream()
         last = (await js.stream_info(args.stream)).state.last_seq
         subscription = await js.pull_subscribe(
-            f"{args.prefix}.*.registry.*",
+            f"{args.prefix}.*.registry.>",  # ".>": also the partition token, if any
             stream=args.stream,
             config=ConsumerConfig(
                 ack_policy=AckPolicy.NONE,

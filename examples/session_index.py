@@ -89,7 +89,7 @@ async def follow(args: argparse.Namespace) -> None:
     try:
         js = client.jetstream()
         subscription = await js.pull_subscribe(
-            f"{args.prefix}.*.session.*",
+            f"{args.prefix}.*.session.>",  # ".>": also the partition token, if any
             durable=args.durable,
             stream=args.stream,
             config=ConsumerConfig(ack_policy=AckPolicy.ALL, max_ack_pending=-1),

@@ -34,6 +34,7 @@ from memstream.llm_extractor import extractor_from_settings
 from memstream.projections.ports import (
     ANALYTICS_PROJECTIONS,
     INDEXER_PROJECTIONS,
+    PARTITIONABLE,
     PROJECTIONS,
     PROJECTOR_PROJECTIONS,
     REBUILD_HINT,
@@ -43,6 +44,7 @@ from memstream.projections.ports import (
     ReadModels,
     ReadModelStore,
     SessionQueries,
+    TrackingRows,
 )
 from memstream.projections.read_models import open_read_models
 from memstream.session import Session
@@ -65,7 +67,7 @@ from memstream.workers.metrics_hooks import hooks
 from memstream.workers.position import Demand, PositionWatch
 from memstream.workers.projector import DEFAULT_LINGER, HeldOwn, ProjectorWorker
 from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
-from memstream.workers.subjects import demand_subject, subject_for
+from memstream.workers.subjects import demand_subject, partition_of, subject_for
 from memstream.workers.tracing import command_span, tracing
 
 logger = logging.getLogger(__name__)
@@ -136,6 +138,11 @@ class Memstream:
         # The log's end when this client connected: reads see at least that much (what earlier
         # processes wrote), as well as this client's own writes.
         self.connected_seq = 0
+        # On a partitioned stream (see TrackingRows): how many partitions, each partition's
+        # last event when this client connected, and this client's last write to each.
+        self.partitions = 0
+        self.connected_partitions: dict[int, int] = {}
+        self.own_partitions: dict[int, int] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self._subjects: dict[str, str] = {}
         # This client's events that the projector of this process has not committed yet.
@@ -278,6 +285,7 @@ class Memstream:
                 self.demand,
                 self._nudge,
                 pushed=partial(self._projector_running, name),
+                read_partitions=partial(self._tracked_partitions, name),
             )
             for name in PROJECTIONS
         }
@@ -291,13 +299,19 @@ class Memstream:
         for index, message in enumerate(messages):
             headers = dict(message.headers)
             headers[H_MSG_ID] = message.msg_id
-            entry = LogEntry(first + index, subject, message.payload, headers)
+            entry = LogEntry(first + index, self._stored(subject), message.payload, headers)
             if own and own[-1].seq > entry.seq:  # concurrent commands' acks out of order
                 bisect.insort(own, entry, key=lambda e: e.seq)
             else:
                 own.append(entry)
         while len(own) > OWN_EVENTS:
             own.popleft()
+
+    def _stored(self, subject: str) -> str:
+        """``subject`` as the stream stores it (with its partition, on a partitioned stream)."""
+        if not self.partitions:
+            return subject
+        return f"{subject}.{partition_of(subject, self.partitions)}"
 
     def _speculate(self, subject: str, messages: Sequence[OutgoingMessage]) -> _OwnWrite | None:
         """Before a publish: have the projector of this process apply the events while their
@@ -334,7 +348,9 @@ class Memstream:
         for index, message in enumerate(messages):
             headers = dict(message.headers)
             headers[H_MSG_ID] = message.msg_id
-            entries.append(LogEntry(committed + 1 + index, subject, message.payload, headers))
+            entries.append(
+                LogEntry(committed + 1 + index, self._stored(subject), message.payload, headers)
+            )
         return _OwnWrite(self, projector, entries)
 
     def _speculation_ended(self, committed: bool) -> None:
@@ -385,6 +401,13 @@ class Memstream:
         self._reopen_if_replaced()
         try:
             return self.read_models.tracked_seq(projection)
+        except ReadModelDamagedError as error:
+            self._damaged(error)
+
+    def _tracked_partitions(self, projection: str) -> dict[int, int]:
+        self._reopen_if_replaced()
+        try:
+            return self.read_models.tracked_partitions(projection)
         except ReadModelDamagedError as error:
             self._damaged(error)
 
@@ -533,7 +556,7 @@ class Memstream:
         meta = meta or CommandMeta(actor=self.actor)
         if self._read_model_away and time.monotonic() < self._read_model_back_at:
             result = await store.without_snapshots().execute(subject, key, decide, meta)
-            self.last_write_seq = max(self.last_write_seq, result.seq)
+            self._wrote(subject, result.seq)
             return result
         try:
             with self.read_models.damage_translated():
@@ -559,16 +582,42 @@ class Memstream:
             if self._read_model_away:
                 logger.warning("read model %s is back", self.copy.location)
                 self._read_model_away = False
-        self.last_write_seq = max(self.last_write_seq, result.seq)
+        self._wrote(subject, result.seq)
         return result
+
+    def _wrote(self, subject: str, seq: int) -> None:
+        """Remember this client's write to ``subject`` at ``seq``, for its reads to wait for."""
+        if seq > self.last_write_seq:
+            self.last_write_seq = seq
+        if self.partitions:
+            partition = partition_of(subject, self.partitions)
+            if seq > self.own_partitions.get(partition, 0):
+                self.own_partitions[partition] = seq
+
+    def partition_targets(self, seq: int | None = None) -> dict[int, int]:
+        """What a read waits for in each partition of a partitioned stream: the partition's
+        last event when this client connected or this client's last write to it, whichever
+        is later, and at most ``seq`` (a partition's later event covers it)."""
+        targets: dict[int, int] = {}
+        for partition in range(self.partitions):
+            target = max(
+                self.connected_partitions.get(partition, 0),
+                self.own_partitions.get(partition, 0),
+            )
+            if seq is not None:
+                target = min(target, max(seq, self.connected_seq))
+            if target:
+                targets[partition] = target
+        return targets
 
     async def wait_for_sessions(self, seq: int | None = None) -> None:
         """Read-your-writes: wait until the sessions read model has this client's last write."""
         await self.wait_for("sessions", seq)
 
-    async def wait_to_read_sessions(self) -> None:
-        """:meth:`wait_to_read` of the sessions read model."""
-        await self.wait_to_read("sessions")
+    async def wait_to_read_sessions(self, subject: str | None = None) -> None:
+        """:meth:`wait_to_read` of the sessions read model (for a read of one session's rows
+        only: ``subject``, its subject)."""
+        await self.wait_to_read("sessions", subject=subject)
 
     @property
     def read_floor(self) -> int:
@@ -587,14 +636,20 @@ class Memstream:
         """
         await self._wait(projection, seq, uncommitted=False)
 
-    async def wait_to_read(self, projection: str, seq: int | None = None) -> None:
+    async def wait_to_read(
+        self, projection: str, seq: int | None = None, *, subject: str | None = None
+    ) -> None:
         """:meth:`wait_for`, for a read through this client's read models (``read_models``)
         that follows at once: it may see its client's own writes before they are committed
         (in the open transaction of the projector here, which it then reads through).
+        ``subject``: the read concerns only the rows of that aggregate (on a partitioned
+        stream it waits for that aggregate's partition alone).
         """
-        await self._wait(projection, seq, uncommitted=True)
+        await self._wait(projection, seq, uncommitted=True, subject=subject)
 
-    async def _wait(self, projection: str, seq: int | None, *, uncommitted: bool) -> None:
+    async def _wait(
+        self, projection: str, seq: int | None, *, uncommitted: bool, subject: str | None = None
+    ) -> None:
         self._reopen_if_replaced()
         self._read_since_write = True
         target = self.read_floor if seq is None else max(seq, self.connected_seq)
@@ -607,6 +662,15 @@ class Memstream:
                 if uncommitted and self.read_models.lent():
                     return  # read through the projector's transaction, which has them
                 projector.flush()  # commit them now rather than within GROUP_SECONDS
+        if self.partitions and projection in PARTITIONABLE and target > watch.position:
+            # Partitions are projected apart: each must reach its own target (one without
+            # new events never holds a read up), unless this process projects them all.
+            targets = self.partition_targets(seq)
+            if subject is not None:
+                partition = partition_of(subject, self.partitions)
+                targets = {p: t for p, t in targets.items() if p == partition}
+            await watch.wait_for_partitions(targets, target, self.settings.read_timeout)
+            return
         await watch.wait_for(target, self.settings.read_timeout)
 
     async def sync(self, projection: str) -> None:
@@ -616,6 +680,10 @@ class Memstream:
         Raises:
             ProjectionLagError: not reached within the read timeout (no projector running?).
         """
+        if self.partitions and projection in PARTITIONABLE:
+            for partition, end in (await self.log.partition_ends()).items():
+                if end > self.connected_partitions.get(partition, 0):
+                    self.connected_partitions[partition] = end
         await self.wait_for(projection, max(self.last_write_seq, await self.log.stream_last_seq()))
 
     async def _nudge(self, seq: int) -> None:
@@ -656,6 +724,10 @@ class Memstream:
             on_commit=self._projected,
             demand=self.demand,
             linger=PROJECTOR_LINGER,
+            # Of a partitioned stream: every partition, each tracked (see TrackingRows).
+            rows=TrackingRows(self.partitions, frozenset(range(self.partitions)))
+            if self.partitions
+            else None,
         )
         self.projector.start()
         try:
@@ -805,9 +877,13 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
             settings.stream,
             timeout=settings.write_timeout,
             replicas=settings.stream_replicas,
+            partitions=settings.stream_partitions,
         )
         await log.ensure_stream()
         connected_seq = await log.stream_last_seq()
+        # Read after the stream's end: at least what it held then (a partition's later end
+        # covers the same).
+        connected_partitions = await log.partition_ends()
         # The projector's process moves a copy that is no read model aside before reading it
         # (the projector checks it whole, and rebuilds it).
         ms = Memstream(settings, client, log, copy, runtime, check=run_workers)
@@ -819,6 +895,8 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
             await asyncio.to_thread(runtime.release)
         raise
     ms.connected_seq = connected_seq
+    ms.partitions = await log.partitions()
+    ms.connected_partitions = connected_partitions
     if run_workers:
         try:
             ms.start_workers()

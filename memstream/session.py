@@ -50,7 +50,7 @@ class SessionClient(MemstreamPort, Protocol):
 
     async def wait_for_sessions(self, seq: int | None = None) -> None: ...
 
-    async def wait_to_read_sessions(self) -> None: ...
+    async def wait_to_read_sessions(self, subject: str | None = None) -> None: ...
 
 
 class Session:
@@ -327,7 +327,8 @@ class Session:
 
     async def _queries(self) -> SessionQueries:
         await self._context.ready()
-        await self._ms.wait_to_read_sessions()  # the queries read through ms.read_models
+        # The queries read through ms.read_models, and only this session's rows.
+        await self._ms.wait_to_read_sessions(self._ms.session_subject(self._session_id))
         return self._ms.session_queries
 
     async def get_history(

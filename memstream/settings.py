@@ -13,6 +13,7 @@ from typing import Any
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import (
     ACTOR_MAX_CHARS,
+    MAX_PARTITIONS,
     check_actor,
     check_int,
     check_namespace,
@@ -25,6 +26,7 @@ _URLS = frozenset({"nats_url", "database_url", "llm_url"})
 # JetStream keeps a stream on 1 to 5 servers (odd counts keep a majority through a failure).
 STREAM_REPLICAS_MAX = 5
 _REPLICAS_NAME = "stream_replicas (MEMSTREAM_STREAM_REPLICAS)"
+_PARTITIONS_NAME = "stream_partitions (MEMSTREAM_STREAM_PARTITIONS)"
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -40,6 +42,8 @@ class Settings:
     database_url: str | None = None
     stream: str = "MEMSTREAM"
     stream_replicas: int = 1  # servers holding the stream, when memstream creates or scales it
+    # Partitions of a stream memstream creates (0: none); an existing stream keeps its own.
+    stream_partitions: int = 0
     namespace: str = "default"
     embedding_model: str | None = None
     llm_url: str | None = None
@@ -63,6 +67,9 @@ class Settings:
             "database_url": env.get("MEMSTREAM_DATABASE_URL") or None,
             "stream": env.get("MEMSTREAM_STREAM", "MEMSTREAM"),
             "stream_replicas": _replicas(env.get("MEMSTREAM_STREAM_REPLICAS") or "1"),
+            "stream_partitions": _count(
+                _PARTITIONS_NAME, env.get("MEMSTREAM_STREAM_PARTITIONS") or "0"
+            ),
             "namespace": env.get("MEMSTREAM_NAMESPACE", "default"),
             "embedding_model": env.get("MEMSTREAM_EMBEDDING_MODEL") or None,
             "llm_url": env.get("MEMSTREAM_LLM_URL") or None,
@@ -77,6 +84,7 @@ class Settings:
         check_namespace(settings.namespace)
         check_stream_name(settings.stream)
         check_int(_REPLICAS_NAME, settings.stream_replicas, minimum=1, maximum=STREAM_REPLICAS_MAX)
+        check_int(_PARTITIONS_NAME, settings.stream_partitions, minimum=0, maximum=MAX_PARTITIONS)
         if settings.actor is not None:
             check_actor(settings.actor)
         return settings
@@ -111,6 +119,14 @@ def _replicas(text: str) -> int:
             f"{_REPLICAS_NAME} is {text!r}; it must be an integer between 1 and "
             f"{STREAM_REPLICAS_MAX}"
         ) from None
+
+
+def _count(name: str, text: str) -> int:
+    """A whole-number variable (its range is checked with the other limits)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidInputError(f"{name} is {text!r}; it must be an integer") from None
 
 
 def default_actor() -> str:

@@ -119,6 +119,89 @@ class LogRecord(Protocol):
         """Its event type name, for a dead letter (never raises)."""
 
 
+# A partitioned projection's tracking rows are ``<projection>@<partition>``.
+PARTITION_ROW = "@"
+# Projections a projector may run per partition: each of their writes concerns the aggregate of
+# its event alone (a session's registry row is touched by its session's events, in the same
+# partition). Analytics counts a profile's events by its sessions' models, and the indexer
+# embeds as it goes: they consume the whole stream, in its order.
+PARTITIONABLE: tuple[str, ...] = ("sessions", "context", "registry", "memory")
+
+
+def projection_of(row: str) -> str:
+    """The projection a tracking row belongs to (``sessions@3`` -> ``sessions``)."""
+    return row.partition(PARTITION_ROW)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class TrackingRows:
+    """Where a store records its projections' positions: one row per projection on a stream
+    without partitions (``count`` 0), else one per projection and partition, of which the
+    store's projector writes those of the partitions it consumes (``owned``).
+
+    A projector consumes the events of its partitions in stream order. So once it has applied
+    the event at sequence S, every partition it consumes is complete up to S, and each of their
+    rows records S (never less than it held). A row of partition p at S thus means: every
+    event of p up to S is applied. A reader waits for each partition it reads to reach the
+    partition's own target (its last event when the reader connected, its own last write in
+    it), so a partition without new events never holds up a reader.
+    """
+
+    count: int = 0
+    owned: frozenset[int] = frozenset()
+
+    def names(self, projection: str) -> tuple[str, ...]:
+        """The rows of ``projection`` this store writes."""
+        if not self.count:
+            return (projection,)
+        return tuple(f"{projection}{PARTITION_ROW}{p}" for p in sorted(self.owned))
+
+    def every(self, projection: str) -> tuple[str, ...]:
+        """Every row of ``projection`` (each partition's, on a partitioned stream)."""
+        if not self.count:
+            return (projection,)
+        return tuple(f"{projection}{PARTITION_ROW}{p}" for p in range(self.count))
+
+    def row(self, projection: str, subject: str) -> str:
+        """The row of the partition ``subject`` (as the stream stored it) is in."""
+        if not self.count:
+            return projection
+        partition = subject[subject.rfind(".") + 1 :]
+        if not partition.isdigit():
+            raise ValueError(f"subject {subject!r} has no partition token")
+        return f"{projection}{PARTITION_ROW}{partition}"
+
+
+# The rows of a stream without partitions: one per projection.
+UNPARTITIONED = TrackingRows()
+
+
+class Named(Protocol):
+    name: str
+
+
+N = TypeVar("N", bound=Named)
+
+
+def pending_for(
+    projections: Sequence[N], positions: dict[str, int], rows: TrackingRows, record: LogRecord
+) -> list[N]:
+    """The projections that have not applied ``record`` yet: its sequence is past their row
+    (of its partition; a partition not consumed here never is)."""
+    seq = record.seq
+    if not rows.count:
+        return [p for p in projections if seq > positions[p.name]]
+    return [p for p in projections if seq > positions.get(rows.row(p.name, record.subject), seq)]
+
+
+def advance(positions: dict[str, int], rows: tuple[str, ...], seq: int) -> None:
+    """Record that ``rows`` (one projection's, see :class:`TrackingRows`) are complete up to
+    ``seq``."""
+    for row in rows:
+        if positions[row] < seq:
+            positions[row] = seq
+
+
 # Upper bounds (seconds) of the batch-time histogram of ProjectorStats.
 BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
@@ -508,7 +591,12 @@ class ReadModels(Protocol):
         """Whether reads now go through the store a projector of this process lends."""
 
     def tracked_seq(self, projection: str) -> int:
-        """The last stream sequence ``projection`` committed (0: none)."""
+        """The last stream sequence ``projection`` committed (0: none); of a partitioned one,
+        the lowest of its partitions'."""
+
+    def tracked_partitions(self, projection: str) -> dict[int, int]:
+        """Each partition's position of a partitioned ``projection`` (see
+        :class:`TrackingRows`); empty when it is not partitioned."""
 
     def copy_id(self) -> str:
         """The id of the copy (kept inside it)."""
@@ -554,8 +642,17 @@ class ReadModelStore(Protocol):
 
     def copy_id(self) -> str: ...
 
+    @property
+    def rows(self) -> TrackingRows:
+        """Where it records positions (see :meth:`track`)."""
+
+    def track(self, rows: TrackingRows) -> None:
+        """Record positions in ``rows`` from now on: a projector of some partitions of a
+        partitioned stream (creating every partition's rows that are missing)."""
+
     def positions(self) -> dict[str, int]:
-        """The last stream sequence each of its projections committed (0: none)."""
+        """The last stream sequence each of its tracking rows committed (0: none): one per
+        projection, or one per projection and partition it consumes (see :meth:`track`)."""
 
     def steps(
         self,

@@ -60,7 +60,8 @@ def settings(
     tmp_path: Path, nats_server: NatsServerProcess, backend: str, request: pytest.FixtureRequest
 ) -> Settings:
     """Settings for a client of the test's own server, with a unique stream name; read models
-    in the data dir's SQLite, or in a fresh PostgreSQL database (``backend``)."""
+    in the data dir's SQLite, or in a fresh PostgreSQL database (``backend``); its stream
+    partitioned when ``MEMSTREAM_TEST_PARTITIONS`` says so."""
     database_url = None
     if backend == "postgresql":
         database_url = request.getfixturevalue("postgres_url")
@@ -69,6 +70,8 @@ def settings(
         nats_url=nats_server.url,
         stream="T" + uuid.uuid4().hex[:12].upper(),
         database_url=database_url,
+        # MEMSTREAM_TEST_PARTITIONS=4: the suite's streams are partitioned.
+        stream_partitions=int(os.environ.get("MEMSTREAM_TEST_PARTITIONS", "0")),
     )
 
 

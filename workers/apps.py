@@ -28,6 +28,7 @@ from memstream.projections.read_models import open_read_models
 from memstream.workers.event_log import EventLog, nats_servers
 from memstream.workers.extractor import ExtractorWorker
 from memstream.workers.indexer import LazyEncoder
+from memstream.workers.partitioned import PartitionedProjector
 from memstream.workers.position import Demand
 from memstream.workers.projector import ProjectorWorker
 from memstream.workers.service import (
@@ -60,13 +61,28 @@ class ProjectorService:
         self.broker = broker
         self.config = config
         self.worker: ProjectorWorker | None = None
+        self.partitioned: PartitionedProjector | None = None
         self._lock = lock  # the copy's projector lock, when the caller took it already
+
+    def workers(self) -> tuple[ProjectorWorker | None, ...]:
+        """The projectors running here (one per partition held, when partitioned)."""
+        if self.partitioned is not None:
+            return tuple(self.partitioned.workers.values())
+        return (self.worker,)
 
     async def start(self) -> None:
         """Start projecting on the broker's (already connected) client."""
         client = await self.broker.connect()  # returns the broker's existing connection
-        log = EventLog(client, self.config.stream, replicas=self.config.stream_replicas)
+        log = EventLog(
+            client,
+            self.config.stream,
+            replicas=self.config.stream_replicas,
+            partitions=self.config.stream_partitions,
+        )
         await log.ensure_stream()
+        if self.config.partitioned:
+            await self._start_partitioned(log)
+            return
         indexer = set(self.config.projections) <= set(INDEXER_PROJECTIONS)
         self.worker = ProjectorWorker.open(
             log,
@@ -92,8 +108,33 @@ class ProjectorService:
             self.config.linger,
         )
 
+    async def _start_partitioned(self, log: EventLog) -> None:
+        self.partitioned = PartitionedProjector(
+            log,
+            open_read_models(self.config),
+            self.config.projections,
+            ttl=self.config.lease_ttl,
+            batch_size=self.config.batch_size,
+            demand=Demand(),
+            linger=self.config.linger,
+        )
+        await self.partitioned.start()
+        logger.info(
+            "projector: stream %s -> %s (projections %s, by partition: %d partitions, "
+            "member %s, leases of %g s)",
+            self.config.stream,
+            self.config.database,
+            ",".join(self.config.projections),
+            self.partitioned.count,
+            self.partitioned.member,
+            self.config.lease_ttl,
+        )
+
     async def stop(self) -> None:
         """Stop projecting (an unacknowledged batch is redelivered and skipped on restart)."""
+        if self.partitioned is not None:
+            await self.partitioned.stop()
+            self.partitioned = None
         if self.worker is not None:
             await self.worker.close()
             self.worker = None
@@ -117,7 +158,12 @@ class ExtractorService:
 
     async def start(self) -> None:
         client = await self.broker.connect()
-        log = EventLog(client, self.config.stream, replicas=self.config.stream_replicas)
+        log = EventLog(
+            client,
+            self.config.stream,
+            replicas=self.config.stream_replicas,
+            partitions=self.config.stream_partitions,
+        )
         await log.ensure_stream()
         self.worker = ExtractorWorker(log, self.extractor)
         self.worker.start()
@@ -202,7 +248,13 @@ def create_app(
             from memstream.workers.telemetry import telemetry
 
             served = telemetry()
-            served.workers.watch(lambda: (service.worker,))
+            served.workers.watch(
+                lambda: (
+                    service.workers()
+                    if isinstance(service, ProjectorService)
+                    else (service.worker,)
+                )
+            )
             served.serve(port, host)
             following.append(asyncio.ensure_future(served.workers.follow_ends()))
 

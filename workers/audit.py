@@ -246,7 +246,7 @@ async def read_events(
         deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
         opt_start_seq=start,
         ack_policy=api.AckPolicy.NONE,
-        filter_subject=query.subject or f"{log.subject_prefix}.>",
+        filter_subject=await log.stored(query.subject or f"{log.subject_prefix}.>"),
         inactive_threshold=30.0,
         mem_storage=True,
     )

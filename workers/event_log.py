@@ -34,7 +34,12 @@ from memstream.workers.codec import (
 from memstream.workers.nats_client import MemstreamNatsClient, frame_batch
 from memstream.workers.pull import Puller
 from memstream.workers.server_version import check_server
-from memstream.workers.subjects import parse_subject
+from memstream.workers.subjects import (
+    parse_subject,
+    partition_filter,
+    partition_transform,
+    stored_filter,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -237,6 +242,26 @@ def _pub_ack(subject: str, reply: Msg) -> PublishResult:
     return PublishResult(seq=int(body["seq"]), duplicate=bool(body.get("duplicate")))
 
 
+def stream_partitions(config: api.StreamConfig, prefix: str) -> int:
+    """How many partitions a stream's subject transform gives it (0: none).
+
+    Raises:
+        InvalidInputError: the stream transforms its subjects in another way than memstream's.
+    """
+    transform = config.subject_transform
+    if transform is None or not (transform.dest or transform.src):
+        return 0
+    match = re.search(r"\{\{\s*partition\(\s*(\d+)\s*,", transform.dest or "")
+    if match is None or (transform.src, transform.dest) != partition_transform(
+        prefix, int(match.group(1))
+    ):
+        raise InvalidInputError(
+            f"stream {config.name!r} transforms {transform.src!r} to {transform.dest!r}, which "
+            "is not memstream's partitioning; point MEMSTREAM_STREAM at a memstream stream"
+        )
+    return int(match.group(1))
+
+
 class EventLog:
     """The stream: create/configure it, append to subjects, read subjects back."""
 
@@ -247,10 +272,15 @@ class EventLog:
         subject_prefix: str = "ms",
         timeout: float = 2.0,
         replicas: int = 1,
+        partitions: int = 0,
     ) -> None:
         self.client = client
         self.stream = stream
         self.replicas = replicas  # servers holding the stream (a JetStream cluster's R)
+        # Partitions of the stream if this log creates it; ``partitions`` holds the stream's own
+        # count once known (ensure_stream, or the first read of one subject).
+        self.create_partitions = partitions
+        self._partitions: int | None = None
         self.subject_prefix = subject_prefix
         self.timeout = timeout
         self.js: JetStreamContext = client.jetstream(timeout=timeout)
@@ -271,9 +301,17 @@ class EventLog:
                 here too for clients not made by :func:`connect_nats`, e.g. a FastStream broker's).
         """
         check_server(self.client)
+        transform = None
+        subjects = [f"{self.subject_prefix}.>"]
+        if self.create_partitions:
+            source, destination = partition_transform(self.subject_prefix, self.create_partitions)
+            transform = api.SubjectTransform(src=source, dest=destination)
+            # Only 4-token subjects: nobody can store an event under a partition of their own.
+            subjects = [source]
         config = api.StreamConfig(
             name=self.stream,
-            subjects=[f"{self.subject_prefix}.>"],
+            subjects=subjects,
+            subject_transform=transform,
             storage=api.StorageType.FILE,
             retention=api.RetentionPolicy.LIMITS,
             duplicate_window=DUPLICATE_WINDOW_SECONDS,
@@ -287,8 +325,17 @@ class EventLog:
                 info = await self.js.stream_info(self.stream)
             except nats.js.errors.NotFoundError:
                 await self.js.add_stream(config)
+                self._partitions = self.create_partitions
                 return
             current = info.config
+            self._partitions = stream_partitions(current, self.subject_prefix)
+            if self.create_partitions and self.create_partitions != self._partitions:
+                raise InvalidInputError(
+                    f"stream {self.stream!r} has {self._partitions} partitions; "
+                    f"MEMSTREAM_STREAM_PARTITIONS asks for {self.create_partitions} (a stream "
+                    "keeps the partitions it was created with: export its events and import "
+                    "them into a new stream to change them)"
+                )
             if not (
                 current.allow_direct
                 and current.allow_atomic
@@ -464,7 +511,7 @@ class EventLog:
     async def _stored_as_last(self, subject: str, msg_id: str) -> int | None:
         """The sequence of ``subject``'s last message if its message id is ``msg_id``."""
         try:
-            message = await self.js.get_last_msg(self.stream, subject)
+            message = await self.js.get_last_msg(self.stream, await self.stored(subject))
         except nats.js.errors.NotFoundError:
             return None
         except _TRANSIENT as error:
@@ -491,6 +538,33 @@ class EventLog:
         finally:
             await sub.unsubscribe()
 
+    async def partitions(self) -> int:
+        """How many partitions the stream has (0: none), asked once."""
+        if self._partitions is None:
+            try:
+                info = await self.js.stream_info(self.stream)
+            except _TRANSIENT as error:
+                raise UnavailableError(f"cannot read stream {self.stream}: {error!r}") from error
+            self._partitions = stream_partitions(info.config, self.subject_prefix)
+        return self._partitions
+
+    async def partition_ends(self) -> dict[int, int]:
+        """The sequence of each partition's last event (0: none yet); empty on a stream
+        without partitions. One direct get per partition, at once."""
+        count = await self.partitions()
+        if not count:
+            return {}
+        ends = await asyncio.gather(
+            *(self.last_seq(partition_filter(self.subject_prefix, p)) for p in range(count))
+        )
+        return dict(enumerate(ends))
+
+    async def stored(self, subject: str) -> str:
+        """The filter matching the events the stream stored for ``subject`` (one subject or a
+        4-token pattern): ``subject.*`` on a partitioned stream (see
+        :func:`~memstream.workers.subjects.stored_filter`)."""
+        return stored_filter(subject, await self.partitions())
+
     async def stream_last_seq(self) -> int:
         """The stream's last sequence (0 when empty)."""
         try:
@@ -502,7 +576,7 @@ class EventLog:
     async def last_seq(self, subject: str) -> int:
         """Stream sequence of the subject's last message, 0 if it has none."""
         try:
-            message = await self.js.get_last_msg(self.stream, subject)
+            message = await self.js.get_last_msg(self.stream, await self.stored(subject))
         except nats.js.errors.NotFoundError:
             return 0
         except _TRANSIENT as error:
@@ -539,7 +613,11 @@ class EventLog:
                 seq = int(headers["Nats-Sequence"])
                 entries.append(LogEntry(seq, headers["Nats-Subject"], msg.data, headers))
 
-        request = {"seq": start_seq, "next_by_subj": filter_subject, "batch": batch}
+        request = {
+            "seq": start_seq,
+            "next_by_subj": await self.stored(filter_subject),
+            "batch": batch,
+        }
         try:
             sub = await self.client.subscribe(inbox := self.client.new_inbox(), cb=on_message)
             try:
@@ -580,7 +658,7 @@ class EventLog:
                 deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
                 opt_start_seq=seq + 1,
                 ack_policy=api.AckPolicy.NONE,
-                filter_subject=subject,
+                filter_subject=await self.stored(subject),
                 inactive_threshold=30.0,
                 mem_storage=True,
             )

@@ -109,8 +109,16 @@ def parse_line(text: str, line: int, prefix: str) -> ImportEvent:
     if not isinstance(subject, str):
         raise _bad(line, "no 'subject' string")
     tokens = subject.split(".")
+    if len(tokens) == 5 and tokens[4].isascii() and tokens[4].isdigit():
+        # Exported from a partitioned stream: published without the partition, which the
+        # target's own partitioning (if any) computes again.
+        tokens = tokens[:4]
+        subject = ".".join(tokens)
     if len(tokens) != 4 or not all(_TOKEN.fullmatch(token) for token in tokens):
-        raise _bad(line, f"subject {subject[:200]!r} is not <prefix>.<namespace>.<kind>.<id>")
+        raise _bad(
+            line,
+            f"subject {subject[:200]!r} is not <prefix>.<namespace>.<kind>.<id>[.<partition>]",
+        )
     if "payload" not in data:
         raise _bad(line, "no 'payload'")
     payload = data["payload"]

@@ -38,7 +38,7 @@ from memstream.domain.memory_profile import MemoryProfile, content_id
 from memstream.workers.aggregate_store import AggregateStore, CommandResult
 from memstream.workers.codec import CommandMeta, decode_event
 from memstream.workers.event_log import EventLog
-from memstream.workers.subjects import parse_subject
+from memstream.workers.subjects import logical_subject, parse_subject
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class ExtractorWorker:
             self._subscription = None
 
     async def _subscribe(self) -> Any:
-        subject = f"{self.log.subject_prefix}.*.profile.*"
+        subject = await self.log.stored(f"{self.log.subject_prefix}.*.profile.*")
         config = api.ConsumerConfig(
             durable_name=self.durable,
             ack_policy=api.AckPolicy.EXPLICIT,
@@ -290,7 +290,7 @@ class ExtractorWorker:
         store = self._store(subject)
         namespace = parse_subject(subject).namespace
         result: CommandResult[None] = await store.execute(
-            subject,
+            logical_subject(subject),  # what writers publish to (a delivery's may be partitioned)
             profile,
             lambda aggregate: aggregate.record_extraction(source, extractor, memories),
             CommandMeta(command_id=f"x-{content_id(namespace, profile, source)}", actor=ACTOR),

@@ -30,11 +30,11 @@ from nats.js.api import KeyValueConfig
 from nats.js.kv import KeyValue
 
 from memstream.domain.errors import InvalidInputError
+from memstream.domain.limits import MAX_PARTITIONS
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TTL: Final = 6.0
-MAX_PARTITIONS: Final = 1024
 _LOST = (nats.js.errors.KeyWrongLastSequenceError, nats.js.errors.KeyNotFoundError)
 
 

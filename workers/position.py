@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 
@@ -56,9 +57,11 @@ class PositionWatch:
         demand: Demand | None = None,
         nudge: Callable[[int], Awaitable[None]] | None = None,
         pushed: Callable[[], bool] | None = None,
+        read_partitions: Callable[[], dict[int, int]] | None = None,
     ) -> None:
         self.projection = projection
         self._read_position = read_position
+        self._read_partitions = read_partitions
         self._nudge = nudge
         # True while a projector in this process reports each commit (advance): waiting then
         # needs no nudge, and reads the tracking row only every POLL_MAX.
@@ -92,6 +95,51 @@ class PositionWatch:
         self.demand.enter()
         try:
             await self._wait(seq, timeout)
+        finally:
+            self.demand.leave()
+
+    async def wait_for_partitions(self, targets: dict[int, int], seq: int, timeout: float) -> None:
+        """Return once each partition of a partitioned projection reached its target
+        (``targets``), or the whole projection reached ``seq`` (a projector of every partition
+        reports that: its partitions advance together).
+
+        Raises:
+            ProjectionLagError: not reached within ``timeout`` seconds.
+        """
+        if seq <= self._position or not targets:
+            return
+        self.demand.enter()
+        try:
+            deadline = time.monotonic() + timeout
+            delay = POLL_MIN
+            while True:
+                positions = self._read_partitions() if self._read_partitions else {}
+                if positions:
+                    behind = {p: t for p, t in targets.items() if positions.get(p, 0) < t}
+                    if not behind:
+                        return
+                    self.advance(min(positions.values()))
+                else:  # not tracked by partition (yet): the projection's own row
+                    self.advance(self._read_position())
+                    behind = targets
+                if seq <= self._position:
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    partition = min(behind)
+                    raise ProjectionLagError(
+                        f"{self.projection} (partition {partition})",
+                        behind[partition],
+                        positions.get(partition, self._position),
+                        timeout,
+                    )
+                if self._nudge is not None:
+                    await self._nudge(max(behind.values()))
+                changed = self._changed
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(remaining, delay)):
+                        await changed.wait()
+                delay = min(delay * 2, POLL_MAX)
         finally:
             self.demand.leave()
 

@@ -28,6 +28,7 @@ from nats.js import api
 from memstream.domain.errors import MemstreamError, ReadModelDamagedError
 from memstream.projections.ports import (
     INDEXER_PROJECTIONS,
+    PARTITION_ROW,
     PROJECTIONS,
     PROJECTOR_PROJECTIONS,
     CopyLock,
@@ -37,13 +38,14 @@ from memstream.projections.ports import (
     ReadModelStore,
     StoreBusy,
     StoreTransaction,
+    TrackingRows,
     run_to_end,
     step,
 )
 from memstream.workers.event_log import EventLog, LogEntry
 from memstream.workers.position import Demand
 from memstream.workers.pull import Puller, stream_sequence
-from memstream.workers.subjects import demand_subject
+from memstream.workers.subjects import demand_subject, partition_filter
 from memstream.workers.tracing import batch_span, tracing
 
 logger = logging.getLogger(__name__)
@@ -89,15 +91,30 @@ GROUP_EVENTS = 64
 _NO_HOLDS = 2**63 - 1
 
 
-def projector_consumer(copy: str, projections: Sequence[str] = PROJECTOR_PROJECTIONS) -> str:
+def projector_consumer(
+    copy: str,
+    projections: Sequence[str] = PROJECTOR_PROJECTIONS,
+    partition: int | None = None,
+) -> str:
     """The durable consumer name of a projector of ``projections`` in read-model copy ``copy``:
     ``projector-<copy>`` for the projector's default set, else
-    ``projector-<copy>-<name>[-<name>...]``. Each projector has its own: projectors of other
-    projections of the copy (a slow one) never hold it up."""
+    ``projector-<copy>-<name>[-<name>...]``; a projector of one partition adds ``-p<n>``.
+    Each projector has its own: projectors of other projections of the copy (a slow one), or
+    of other partitions, never hold it up."""
     names = [name for name in PROJECTIONS if name in projections]
     if names == list(PROJECTOR_PROJECTIONS):
-        return f"{PROJECTOR_CONSUMER_PREFIX}{copy}"
-    return f"{PROJECTOR_CONSUMER_PREFIX}{copy}-{'-'.join(names)}"
+        name = f"{PROJECTOR_CONSUMER_PREFIX}{copy}"
+    else:
+        name = f"{PROJECTOR_CONSUMER_PREFIX}{copy}-{'-'.join(names)}"
+    return name if partition is None else f"{name}-p{partition}"
+
+
+def only_partition(rows: TrackingRows) -> int | None:
+    """The one partition a projector tracking ``rows`` consumes, if it consumes one of several
+    (``None``: the whole stream)."""
+    if rows.count and len(rows.owned) == 1 and rows.count > 1:
+        return next(iter(rows.owned))
+    return None
 
 
 def claim_copy(copy: ReadModelCopy, projections: Sequence[str] = PROJECTIONS) -> CopyLock:
@@ -174,7 +191,9 @@ class ProjectorWorker:
     ) -> None:
         self.log = log
         self.store = store
-        self.durable = durable or projector_consumer(store.copy_id(), store.projections)
+        self.durable = durable or projector_consumer(
+            store.copy_id(), store.projections, only_partition(store.rows)
+        )
         self._named_by_copy = durable is None
         self.lock = lock
         self.batch_size = batch_size
@@ -236,11 +255,24 @@ class ProjectorWorker:
             ProjectorRunningError: another projector runs one of them for this copy.
             UnavailableError: the database cannot be opened.
         """
-        lock = options.pop("lock", None) or claim_copy(copy, projections)
+        rows: TrackingRows | None = options.pop("rows", None)
+        partition = None if rows is None else only_partition(rows)
+        lock = options.pop("lock", None) or claim_copy(
+            copy,
+            projections
+            if partition is None
+            else [f"{n}{PARTITION_ROW}{partition}" for n in projections],
+        )
         encoder = options.pop("encoder", None)  # the vectors projection's model
         try:
             # Moves a damaged one aside.
             store = copy.store(projections, long_lived=True, encoder=encoder)
+            if rows is not None:
+                try:
+                    store.track(rows)
+                except BaseException:
+                    store.close()
+                    raise
         except BaseException:
             lock.release()
             raise
@@ -257,7 +289,11 @@ class ProjectorWorker:
     def filter_subject(self) -> str:
         """What its consumer delivers: every event; only Agent Memory events to a projector of
         ``vectors`` alone (the indexer), whose readers wait for their profile's last event,
-        not for the stream's (see :meth:`memstream.client.Memstream.wait_for_profile`)."""
+        not for the stream's (see :meth:`memstream.client.Memstream.wait_for_profile`); one
+        partition's events to a projector of that partition."""
+        partition = only_partition(self.store.rows)
+        if partition is not None:
+            return partition_filter(self.log.subject_prefix, partition)
         return consumed_subjects(self.log.subject_prefix, self.store.projections)
 
     def start_position(self) -> int:
@@ -290,7 +326,7 @@ class ProjectorWorker:
                     ack_policy=api.AckPolicy.ALL,
                     ack_wait=60.0,
                     max_ack_pending=-1,
-                    filter_subject=self.filter_subject,
+                    filter_subject=await self.log.stored(self.filter_subject),
                 ),
             )
         return await Puller.bind(self.log.client, self.log.stream, self.durable)
@@ -559,7 +595,9 @@ class ProjectorWorker:
         under the new copy's name, and delete the old copy's consumer (nothing reads it now)."""
         if not self._named_by_copy:
             return
-        durable = projector_consumer(self.store.copy_id(), self.store.projections)
+        durable = projector_consumer(
+            self.store.copy_id(), self.store.projections, only_partition(self.store.rows)
+        )
         if durable == self.durable:
             return
         old, self.durable = self.durable, durable

@@ -349,7 +349,9 @@ async def _last_per_subject(log: EventLog) -> AsyncIterator[AuditEvent]:
     config = api.ConsumerConfig(
         deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
         ack_policy=api.AckPolicy.NONE,
-        filter_subjects=[f"{prefix}.*.{kind}.*" for kind in ("registry", "profile", "block")],
+        filter_subjects=[
+            await log.stored(f"{prefix}.*.{kind}.*") for kind in ("registry", "profile", "block")
+        ],
         inactive_threshold=30.0,
         mem_storage=True,
     )
@@ -376,15 +378,15 @@ async def _last_per_subject(log: EventLog) -> AsyncIterator[AuditEvent]:
 async def _count(log: EventLog, subject: str) -> int:
     """How many events ``subject`` holds."""
     try:
-        info = await log.js.stream_info(log.stream, subjects_filter=subject)
+        info = await log.js.stream_info(log.stream, subjects_filter=await log.stored(subject))
     except TRANSIENT_ERRORS as error:
         raise UnavailableError(f"cannot read stream {log.stream!r}: {error!r}") from error
-    return int((info.state.subjects or {}).get(subject, 0))
+    return sum(int(count) for count in (info.state.subjects or {}).values())
 
 
 async def _purge_subject(log: EventLog, subject: str, last_seq: int) -> int:
     """Purge ``subject``'s events up to ``last_seq``; how many JetStream erased."""
-    request = json.dumps({"filter": subject, "seq": last_seq + 1}).encode()
+    request = json.dumps({"filter": await log.stored(subject), "seq": last_seq + 1}).encode()
     try:
         reply = await log.client.request(
             f"$JS.API.STREAM.PURGE.{log.stream}", request, timeout=log.timeout

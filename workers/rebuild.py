@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 import nats.js.errors
 from nats.js import api
@@ -12,6 +13,7 @@ from nats.js import api
 from memstream.domain.errors import ReadModelDamagedError, UnavailableError
 from memstream.projections.ports import (
     MODEL_FREE_PROJECTIONS,
+    PARTITIONABLE,
     PROJECTIONS,
     PROJECTOR_PROJECTIONS,
     Difference,
@@ -192,12 +194,7 @@ async def verify(
                 subjects = consumed_subjects(log.subject_prefix, (p,))
                 if subjects != f"{log.subject_prefix}.>":
                     reach[p] = min(target, await log.last_seq(subjects))
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + wait_timeout
-            while any(live.positions()[p] < reach[p] for p in selected):
-                if loop.time() > deadline:
-                    raise UnavailableError(f"live read model did not reach {target}")
-                await asyncio.sleep(0.05)
+            await _live_reaches(log, copy, live, reach, wait_timeout)
         scratch = copy.scratch(selected, encoder=encoder)
         try:
             await catch_up(log, scratch, until=target, progress=progress)
@@ -206,6 +203,47 @@ async def verify(
             scratch.close()
     finally:
         live.close()
+
+
+async def _live_reaches(
+    log: EventLog, copy: ReadModelCopy, live: ReadModelStore, reach: dict[str, int], wait: float
+) -> None:
+    """Wait (at most ``wait`` seconds) until each projection of ``live`` reached its sequence
+    in ``reach``; a projection projected by partition (see
+    :class:`~memstream.projections.ports.TrackingRows`) when each partition reached its last
+    event up to there.
+
+    Raises:
+        UnavailableError: not reached in time.
+    """
+    ends = await log.partition_ends()
+    targets = {
+        p: {k: min(end, seq) for k, end in ends.items() if end}
+        for p, seq in reach.items()
+        if ends and p in PARTITIONABLE
+    }
+    reader = copy.reader(on_damage=_raise) if targets else None
+
+    def behind(projection: str, seq: int) -> bool:
+        if reader is not None and projection in targets:
+            positions = reader.tracked_partitions(projection)
+            if positions:
+                return any(positions.get(k, 0) < t for k, t in targets[projection].items())
+        return live.positions()[projection] < seq
+
+    try:
+        deadline = asyncio.get_running_loop().time() + wait
+        while any(behind(p, seq) for p, seq in reach.items()):
+            if asyncio.get_running_loop().time() > deadline:
+                raise UnavailableError(f"live read model did not reach {max(reach.values())}")
+            await asyncio.sleep(0.05)
+    finally:
+        if reader is not None:
+            reader.close()
+
+
+def _raise(error: ReadModelDamagedError) -> NoReturn:
+    raise error
 
 
 async def _consumed(log: EventLog, copy_id: str, projection: str) -> bool:

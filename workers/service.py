@@ -43,6 +43,10 @@ class WorkerConfig:
     projections: tuple[str, ...] = PROJECTOR_PROJECTIONS  # the registry's names a projector runs
     embedding_model: str | None = None  # the indexer's (None: the bundled all-MiniLM-L6-v2)
     stream_replicas: int = 1  # servers holding the stream if this worker creates it
+    stream_partitions: int = 0  # its partitions, if this worker creates it
+    # A projector that shares the stream's partitions with the copy's other projectors (leases).
+    partitioned: bool = False
+    lease_ttl: float = 6.0  # seconds a dead member's partitions wait before they are taken over
 
     @property
     def database_path(self) -> Path:
@@ -82,7 +86,12 @@ async def run_worker(
         raise InvalidInputError(f"unknown worker {name!r}; known: {', '.join(WORKERS)}")
     client = await connect_nats(config.nats_url, name=f"memstream-{name}")
     try:
-        log = EventLog(client, config.stream, replicas=config.stream_replicas)
+        log = EventLog(
+            client,
+            config.stream,
+            replicas=config.stream_replicas,
+            partitions=config.stream_partitions,
+        )
         await log.ensure_stream()
         worker: ProjectorWorker | ExtractorWorker
         if name == "extractor":

@@ -34,12 +34,16 @@ from memstream.projections.memory_writes import project_memory_event
 from memstream.projections.ports import (
     MAX_ATTEMPTS,
     PROJECTOR_PROJECTIONS,
+    UNPARTITIONED,
     VERSIONS,
     LogRecord,
     ProjectorStats,
     ReadModelRewound,
     StoreBusy,
     TextEncoder,
+    TrackingRows,
+    advance,
+    pending_for,
 )
 from memstream.projections.postgres.analytics import purge_analytics, write_analytics
 from memstream.projections.postgres.context_writer import apply_context_writes
@@ -269,16 +273,27 @@ def pg_projections(
     return projections
 
 
-def ensure_tracking(connection: Connection, names: Sequence[str]) -> None:
+def ensure_tracking(
+    connection: Connection, names: Sequence[str], rows: TrackingRows = UNPARTITIONED
+) -> None:
     """Create the tracking rows of ``names`` that are missing (at 0, of the code's version),
     in a transaction of their own: a batch only locks existing rows (an insert inside it would
-    make another batch wait on the uncommitted row, ``wait=False`` or not)."""
+    make another batch wait on the uncommitted row, ``wait=False`` or not). With partitions
+    (``rows``), every partition's rows, each at the projection's own position if it has one
+    (every event up to it is applied, in every partition)."""
+    every = [(row, name) for name in names for row in rows.every(name)]
     with connection.transaction():
         connection.execute(
             "INSERT INTO tracking (projection, seq, version) "
-            "SELECT name, 0, version FROM unnest(%s::text[], %s::int[]) AS t (name, version) "
+            "SELECT t.row, coalesce(o.seq, 0), t.version "
+            "FROM unnest(%s::text[], %s::text[], %s::int[]) AS t (row, name, version) "
+            "LEFT JOIN tracking AS o ON o.projection = t.name AND t.row <> t.name "
             "ON CONFLICT DO NOTHING",
-            (list(names), [VERSIONS[name] for name in names]),
+            (
+                [row for row, _ in every],
+                [name for _, name in every],
+                [VERSIONS[name] for _, name in every],
+            ),
         )
 
 
@@ -322,17 +337,22 @@ class PgBatchTransaction:
         committed: int | None = None,
         wait: bool = True,
         copy: str | None = None,
+        rows: TrackingRows = UNPARTITIONED,
     ) -> None:
         """``copy``: the id of the copy its writer opened (checked when it begins)."""
         self._connection = connection
         self._projections = projections
+        self._rows = rows
         self._done = ProjectorStats()
         self._open = True
         try:
             with connection.pipeline():  # one round trip
                 connection.execute("BEGIN")
                 positions = lock_positions(
-                    connection, [p.name for p in projections], wait=wait, copy=copy
+                    connection,
+                    [row for p in projections for row in rows.names(p.name)],
+                    wait=wait,
+                    copy=copy,
                 )
             if committed is not None and positions and min(positions.values()) < committed:
                 raise ReadModelRewound(
@@ -356,12 +376,13 @@ class PgBatchTransaction:
         """Apply ``entries``, pausing after each event. On a failure (raised) the caller rolls
         the transaction back. ``stats.attempts`` counts failures."""
         connection, projections = self._connection, self._projections
-        positions, done = self._positions, self._done
+        positions, done, rows = self._positions, self._done, self._rows
+        partitioned = rows.count > 0
         done.attempts = stats.attempts
         if decoded is None:
             decoded = prepare(projections, entries)
         for entry in entries:
-            pending = [p for p in projections if entry.seq > positions[p.name]]
+            pending = pending_for(projections, positions, rows, entry)
             if not pending:
                 done.skipped += 1
                 continue
@@ -370,7 +391,10 @@ class PgBatchTransaction:
             except Exception as error:
                 for projection in pending:
                     _dead_letter(connection, projection.name, entry, error, 1, done)
-                    positions[projection.name] = entry.seq
+                    if partitioned:
+                        advance(positions, rows.names(projection.name), entry.seq)
+                    else:
+                        positions[projection.name] = entry.seq
                 continue
             applied = False
             for projection in pending:
@@ -401,7 +425,10 @@ class PgBatchTransaction:
                     if isolated:
                         connection.execute("RELEASE SAVEPOINT event")
                     applied = True
-                positions[projection.name] = entry.seq
+                if partitioned:
+                    advance(positions, rows.names(projection.name), entry.seq)
+                else:
+                    positions[projection.name] = entry.seq
             done.applied += applied
             yield
 
@@ -454,12 +481,13 @@ def batch_steps(
     committed: int | None = None,
     wait: bool = True,
     copy: str | None = None,
+    rows: TrackingRows = UNPARTITIONED,
 ) -> Generator[None, None, int]:
     """Apply ``entries`` in one transaction, pausing after each event, and commit; returns
     the lowest position now committed. Closing the generator early rolls it back."""
     decoded = prepare(projections, entries)
     transaction = PgBatchTransaction(
-        connection, projections, committed=committed, wait=wait, copy=copy
+        connection, projections, committed=committed, wait=wait, copy=copy, rows=rows
     )
     try:
         yield from transaction.apply(entries, stats, decoded)

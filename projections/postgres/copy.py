@@ -21,6 +21,7 @@ from memstream.domain.context import ContextDocument, SearchIndex
 from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
 from memstream.projections.ports import (
+    PARTITION_ROW,
     PROJECTIONS,
     PROJECTOR_PROJECTIONS,
     OnDamage,
@@ -105,10 +106,27 @@ class PostgresReadModels:
         return PgRecordSnapshots(self.reads, namespace)
 
     def tracked_seq(self, projection: str) -> int:
-        row = self.reads.execute(
-            "SELECT seq FROM tracking WHERE projection = %s", (projection,)
-        ).fetchone()
-        return 0 if row is None else int(row[0])
+        plain, partitions = self._tracking_rows(projection)
+        return min(partitions.values()) if partitions else plain
+
+    def tracked_partitions(self, projection: str) -> dict[int, int]:
+        return self._tracking_rows(projection)[1]
+
+    def _tracking_rows(self, projection: str) -> tuple[int, dict[int, int]]:
+        """``projection``'s own row (0 if none) and its partitions' rows, in one query."""
+        prefix = projection + PARTITION_ROW
+        plain = 0
+        partitions: dict[int, int] = {}
+        for name, seq in self.reads.execute(
+            "SELECT projection, seq FROM tracking "
+            "WHERE projection = %s OR starts_with(projection, %s)",
+            (projection, prefix),
+        ).fetchall():
+            if name == projection:
+                plain = int(seq)
+            else:
+                partitions[int(str(name)[len(prefix) :])] = int(seq)
+        return plain, partitions
 
     def copy_id(self) -> str:
         row = self.reads.execute("SELECT value FROM meta WHERE key = 'copy_id'").fetchone()

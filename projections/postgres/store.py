@@ -16,6 +16,7 @@ from psycopg.pq import TransactionStatus
 
 from memstream.domain.errors import UnavailableError
 from memstream.projections.ports import (
+    PARTITION_ROW,
     PROJECTOR_PROJECTIONS,
     VERSIONS,
     Difference,
@@ -23,6 +24,8 @@ from memstream.projections.ports import (
     ProjectorStats,
     ReadModelStore,
     TextEncoder,
+    TrackingRows,
+    projection_of,
     run_steps,
 )
 from memstream.projections.postgres.batches import (
@@ -91,6 +94,7 @@ class PostgresReadModelStore:
         :mod:`~memstream.projections.postgres.vectors`)."""
         self.url = url
         self._names = list(projections)
+        self._rows = TrackingRows()
         self._pgvector = pgvector
         self._location = describe(url)
         self._copy_checked = -math.inf  # when replaced() last found the copy in place
@@ -166,7 +170,7 @@ class PostgresReadModelStore:
                     )
                 )
         migrate(self.connection, self.url)
-        ensure_tracking(self.connection, self._names)
+        ensure_tracking(self.connection, self._names, self._rows)
         self._copy_id = copy_id(self.connection)
         self._copy_checked = -math.inf
         if "vectors" in self._names and self._pgvector:
@@ -189,13 +193,22 @@ class PostgresReadModelStore:
     def copy_id(self) -> str:
         return self._copy_id
 
+    @property
+    def rows(self) -> TrackingRows:
+        return self._rows
+
+    def track(self, rows: TrackingRows) -> None:
+        ensure_tracking(self.connection, self._names, rows)
+        self._rows = rows
+
     def positions(self) -> dict[str, int]:
-        """The last stream sequence each of its projections committed (0: none)."""
+        """The last stream sequence each of its tracking rows committed (0: none)."""
+        names = [row for name in self._names for row in self._rows.names(name)]
         rows = self.connection.execute(
-            "SELECT projection, seq FROM tracking WHERE projection = ANY(%s)", (self._names,)
+            "SELECT projection, seq FROM tracking WHERE projection = ANY(%s)", (names,)
         ).fetchall()
         found = {str(name): int(seq) for name, seq in rows}
-        return {name: found.get(name, 0) for name in self._names}
+        return {name: found.get(name, 0) for name in names}
 
     def steps(
         self,
@@ -216,6 +229,7 @@ class PostgresReadModelStore:
                     committed=committed,
                     wait=wait,
                     copy=self._copy_id,
+                    rows=self._rows,
                 )
             )
         except psycopg.OperationalError as error:
@@ -234,6 +248,7 @@ class PostgresReadModelStore:
                 committed=committed,
                 wait=wait,
                 copy=self._copy_id,
+                rows=self._rows,
             )
         except psycopg.OperationalError as error:
             raise self._unavailable(error) from None
@@ -259,10 +274,14 @@ class PostgresReadModelStore:
     def _renew_changed(self) -> None:
         """Empty each of its projections whose recorded version is not the code's (the code
         that writes it changed what it writes): it is projected again from the log, alone."""
-        rows = self.connection.execute(
-            "SELECT projection, version FROM tracking WHERE projection = ANY(%s)", (self._names,)
-        ).fetchall()
-        for name, version in rows:
+        found: dict[str, int] = {}
+        for row, version in self.connection.execute(
+            "SELECT projection, version FROM tracking"
+        ).fetchall():
+            name = projection_of(str(row))
+            if name in self._names and found.get(name, VERSIONS[name]) == VERSIONS[name]:
+                found[name] = int(version)  # one partition of another version is enough
+        for name, version in found.items():
             if int(version) != VERSIONS[str(name)]:
                 logger.warning(
                     "read model %s: projection %s is at version %s, this code writes %s: "
@@ -341,8 +360,9 @@ def _empty(connection: Connection, projection: str) -> None:
     for table in PROJECTION_TABLES[projection]:
         connection.execute(f"DELETE FROM {table}")  # names from the table above, never input
     connection.execute(
-        "UPDATE tracking SET seq = 0, version = %s WHERE projection = %s",
-        (VERSIONS[projection], projection),
+        "UPDATE tracking SET seq = 0, version = %s WHERE projection = %s "
+        "OR starts_with(projection, %s)",
+        (VERSIONS[projection], projection, projection + PARTITION_ROW),
     )
     connection.execute("DELETE FROM dead_letters WHERE projection = %s", (projection,))
 

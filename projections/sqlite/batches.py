@@ -27,11 +27,15 @@ from memstream.projections.memory_writes import project_memory_event
 from memstream.projections.ports import (
     MAX_ATTEMPTS,
     PROJECTOR_PROJECTIONS,
+    UNPARTITIONED,
     LogRecord,
     ProjectorStats,
     ReadModelRewound,
     StoreBusy,
     TextEncoder,
+    TrackingRows,
+    advance,
+    pending_for,
     run_steps,
 )
 from memstream.projections.registry_writes import (
@@ -282,7 +286,10 @@ class BatchMemo:
 
 
 def _begin_positions(
-    connection: sqlite3.Connection, projections: Sequence[Projection], memo: BatchMemo | None
+    connection: sqlite3.Connection,
+    projections: Sequence[Projection],
+    memo: BatchMemo | None,
+    rows: TrackingRows,
 ) -> dict[str, int]:
     """The projections' positions at the start of a batch (inside its transaction)."""
     if memo is not None:
@@ -292,7 +299,7 @@ def _begin_positions(
         memo.connection, memo.version, memo.positions = connection, version, None
     for projection in projections:
         projection.forget()
-    return tracked_seqs(connection, [p.name for p in projections])
+    return tracked_seqs(connection, [row for p in projections for row in rows.names(p.name)])
 
 
 def apply_batch(
@@ -322,6 +329,7 @@ def batch_steps(
     memo: BatchMemo | None = None,
     checkpointer: Checkpointer | None = None,
     wait: bool = True,
+    rows: TrackingRows = UNPARTITIONED,
 ) -> Generator[None, None, int]:
     """Apply entries in one transaction (:class:`BatchTransaction`), pausing (``yield``) after
     each event, and commit; the generator returns the highest sequence now tracked. Closing it
@@ -354,6 +362,7 @@ def batch_steps(
         memo=memo,
         checkpointer=checkpointer,
         wait=wait,
+        rows=rows,
     )
     try:
         yield from transaction.apply(entries, stats, decoded)
@@ -376,6 +385,7 @@ class BatchTransaction:
         "_open",
         "_positions",
         "_projections",
+        "_rows",
     )
 
     def __init__(
@@ -387,9 +397,11 @@ class BatchTransaction:
         memo: BatchMemo | None = None,
         checkpointer: Checkpointer | None = None,
         wait: bool = True,
+        rows: TrackingRows = UNPARTITIONED,
     ) -> None:
         self._connection = connection
         self._projections = projections
+        self._rows = rows
         self._memo = memo
         self._checkpointer = checkpointer
         self._done = ProjectorStats()
@@ -398,7 +410,7 @@ class BatchTransaction:
             _begin_immediate(connection, wait)
             self._open = True
             try:
-                positions = _begin_positions(connection, projections, memo)
+                positions = _begin_positions(connection, projections, memo, rows)
                 if committed is not None and positions and min(positions.values()) < committed:
                     raise ReadModelRewound(
                         f"read model at {min(positions.values())}, was at {committed}"
@@ -426,13 +438,14 @@ class BatchTransaction:
         transaction began; without it projections that prepare do it now, holding the lock.
         """
         connection, projections = self._connection, self._projections
-        positions, done = self._positions, self._done
+        positions, done, rows = self._positions, self._done, self._rows
+        partitioned = rows.count > 0
         done.attempts = stats.attempts
         if decoded is None:
             decoded = _prepare(projections, entries)
         try:
             for entry in entries:
-                pending = [p for p in projections if entry.seq > positions[p.name]]
+                pending = pending_for(projections, positions, rows, entry)
                 if not pending:
                     done.skipped += 1
                     continue
@@ -441,7 +454,10 @@ class BatchTransaction:
                 except Exception as error:
                     for projection in pending:
                         _dead_letter(connection, projection.name, entry, error, 1, done)
-                        positions[projection.name] = entry.seq
+                        if partitioned:
+                            advance(positions, rows.names(projection.name), entry.seq)
+                        else:
+                            positions[projection.name] = entry.seq
                     continue
                 applied = False
                 for projection in pending:
@@ -478,7 +494,10 @@ class BatchTransaction:
                         if isolated:
                             connection.execute("RELEASE event")
                         applied = True
-                    positions[projection.name] = entry.seq
+                    if partitioned:
+                        advance(positions, rows.names(projection.name), entry.seq)
+                    else:
+                        positions[projection.name] = entry.seq
                 done.applied += applied
                 yield
         except sqlite3.DatabaseError as error:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from memstream.domain.errors import ReadModelDamagedError, UnavailableError
-from memstream.projections.ports import REBUILD_HINT, VERSIONS
+from memstream.projections.ports import PARTITION_ROW, REBUILD_HINT, VERSIONS, projection_of
 from memstream.projections.sqlite.damage import (
     FileIdentity,
     file_identity,
@@ -712,11 +712,62 @@ def _user_version(connection: sqlite3.Connection) -> int:
 
 
 def tracked_seq(connection: sqlite3.Connection, projection: str) -> int:
-    """The last stream sequence ``projection`` committed (0 if none)."""
-    row = connection.execute(
-        "SELECT seq FROM tracking WHERE projection = ?", (projection,)
-    ).fetchone()
-    return int(row[0]) if row else 0
+    """The last stream sequence ``projection`` committed (0 if none); of a partitioned one, the
+    lowest of its partitions' (see :func:`tracked_partitions`)."""
+    plain, partitions = _tracking_rows(connection, projection)
+    return min(partitions.values()) if partitions else plain
+
+
+def tracked_partitions(connection: sqlite3.Connection, projection: str) -> dict[int, int]:
+    """Each partition's position of ``projection`` (see
+    :class:`~memstream.projections.ports.TrackingRows`); empty when it is not partitioned."""
+    return _tracking_rows(connection, projection)[1]
+
+
+def _tracking_rows(connection: sqlite3.Connection, projection: str) -> tuple[int, dict[int, int]]:
+    """``projection``'s own row (0 if none) and its partitions' rows, in one query."""
+    prefix = projection + PARTITION_ROW
+    plain = 0
+    partitions: dict[int, int] = {}
+    for name, seq in connection.execute(
+        "SELECT projection, seq FROM tracking WHERE projection = ? OR substr(projection, 1, ?) = ?",
+        (projection, len(prefix), prefix),
+    ):
+        if name == projection:
+            plain = int(seq)
+        else:
+            partitions[int(str(name)[len(prefix) :])] = int(seq)
+    return plain, partitions
+
+
+def track_partitions(
+    connection: sqlite3.Connection, projections: Sequence[str], count: int
+) -> None:
+    """Create the missing partition rows of ``projections`` (``count`` partitions), each at the
+    projection's unpartitioned position if it has one (every event up to it is applied, in
+    every partition), else at 0."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        for projection in projections:
+            plain = connection.execute(
+                "SELECT seq FROM tracking WHERE projection = ?", (projection,)
+            ).fetchone()
+            connection.executemany(
+                "INSERT INTO tracking (projection, seq, version) VALUES (?, ?, ?) "
+                "ON CONFLICT (projection) DO NOTHING",
+                [
+                    (
+                        f"{projection}{PARTITION_ROW}{p}",
+                        int(plain[0]) if plain else 0,
+                        VERSIONS.get(projection, 1),
+                    )
+                    for p in range(count)
+                ],
+            )
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
 
 
 def tracked_seqs(connection: sqlite3.Connection, projections: list[str]) -> dict[str, int]:
@@ -737,7 +788,11 @@ def set_tracked_seqs(connection: sqlite3.Connection, positions: dict[str, int]) 
         "INSERT INTO tracking (projection, seq, version) VALUES "
         + ", ".join(["(?, ?, ?)"] * len(positions))
         + " ON CONFLICT (projection) DO UPDATE SET seq = excluded.seq",
-        [value for name, seq in positions.items() for value in (name, seq, VERSIONS.get(name, 1))],
+        [
+            value
+            for name, seq in positions.items()
+            for value in (name, seq, VERSIONS.get(projection_of(name), 1))
+        ],
     )
 
 
@@ -755,7 +810,11 @@ def renew_changed_projections(
     """Empty each of ``projections`` whose rows were written by another version of it than
     this code's (:data:`~memstream.projections.ports.VERSIONS`), so that it is projected again
     from the log; returns their names. Projections without rows are left alone."""
-    found = tracked_versions(connection)
+    found: dict[str, int] = {}
+    for row, version in tracked_versions(connection).items():
+        name = projection_of(row)
+        if found.get(name, VERSIONS.get(name, 1)) == VERSIONS.get(name, 1):
+            found[name] = version  # one partition of another version is enough
     changed = [
         name for name in projections if name in found and found[name] != VERSIONS.get(name, 1)
     ]
@@ -836,6 +895,10 @@ def drop_projection(connection: sqlite3.Connection, projection: str) -> None:
             "INSERT INTO tracking (projection, seq, version) VALUES (?, 0, ?) "
             "ON CONFLICT (projection) DO UPDATE SET seq = 0, version = excluded.version",
             (projection, VERSIONS.get(projection, 1)),
+        )
+        connection.execute(  # and each partition's
+            "UPDATE tracking SET seq = 0, version = ? WHERE substr(projection, 1, ?) = ?",
+            (VERSIONS.get(projection, 1), len(projection) + 1, projection + PARTITION_ROW),
         )
         connection.execute("DELETE FROM dead_letters WHERE projection = ?", (projection,))
         connection.execute("COMMIT")

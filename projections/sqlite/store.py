@@ -30,6 +30,7 @@ from memstream.projections.ports import (
     ReadModelStore,
     SnapshotSource,
     TextEncoder,
+    TrackingRows,
     run_steps,
 )
 from memstream.projections.sqlite.analytics import SqliteAnalyticsQueries
@@ -58,6 +59,8 @@ from memstream.projections.sqlite.database import (
     renew_changed_projections,
     renew_vectors_of_other_models,
     replace_damaged,
+    track_partitions,
+    tracked_partitions,
     tracked_seq,
     tracked_seqs,
 )
@@ -94,6 +97,7 @@ class SqliteReadModelStore:
         self.connection = connection
         self.sqlite_projections = list(projections or default_projections())
         self._names = tuple(p.name for p in self.sqlite_projections)
+        self._rows = TrackingRows()
         self._long_lived = long_lived
         self._memo = BatchMemo()
         self._checkpointer = self._checkpoints() if long_lived else None
@@ -132,9 +136,22 @@ class SqliteReadModelStore:
         with damage_translated():
             return copy_id(self.connection)
 
+    @property
+    def rows(self) -> TrackingRows:
+        return self._rows
+
+    def track(self, rows: TrackingRows) -> None:
+        if rows.count:
+            with damage_translated():
+                track_partitions(self.connection, self._names, rows.count)
+        self._memo.positions = None
+        self._rows = rows
+
     def positions(self) -> dict[str, int]:
         with damage_translated():
-            return tracked_seqs(self.connection, list(self._names))
+            return tracked_seqs(
+                self.connection, [row for name in self._names for row in self._rows.names(name)]
+            )
 
     def steps(
         self,
@@ -153,6 +170,7 @@ class SqliteReadModelStore:
             memo=self._memo,
             checkpointer=self._checkpointer,
             wait=wait,
+            rows=self._rows,
         )
 
     def apply(
@@ -168,6 +186,7 @@ class SqliteReadModelStore:
             memo=self._memo,
             checkpointer=self._checkpointer,
             wait=wait,
+            rows=self._rows,
         )
 
     def replaced(self) -> bool:
@@ -186,6 +205,7 @@ class SqliteReadModelStore:
         if self._checkpointer is not None:
             self._checkpointer.stop()
         self._checkpointer = self._checkpoints() if self._long_lived else None
+        self.track(self._rows)  # the new file's partition rows
 
     def drop(self, projection: str) -> None:
         self._memo.positions = None  # the positions it remembers are gone
@@ -269,6 +289,10 @@ class SqliteReadModels:
 
     def record_snapshots(self, namespace: str) -> SnapshotSource[SessionRecord]:
         return SqliteRecordSnapshots(self.reads, namespace)
+
+    def tracked_partitions(self, projection: str) -> dict[int, int]:
+        with damage_translated():
+            return tracked_partitions(self.reads.current(), projection)
 
     def tracked_seq(self, projection: str) -> int:
         with damage_translated():

@@ -17,7 +17,15 @@ import time
 import uuid
 from pathlib import Path
 
-from support.processes import MEMSTREAM, clean_env, freeze, json_of, memstream, stop, wait_for_text
+from support.processes import (
+    clean_env,
+    freeze,
+    json_of,
+    memstream,
+    start_worker,
+    stop,
+    wait_for_text,
+)
 
 from memstream.workers.nats_server import NatsServerProcess
 
@@ -40,17 +48,6 @@ def external_env(data_dir: Path, nats_server: NatsServerProcess) -> dict[str, st
         MEMSTREAM_DATA_DIR=str(data_dir),
         MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
     )
-
-
-def start_worker(env: dict[str, str], log: Path, *options: str) -> subprocess.Popen[str]:
-    with log.open("w") as out:
-        return subprocess.Popen(
-            [MEMSTREAM, "worker", "projector", *options],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
 
 
 def test_a_new_embedded_process_reads_what_an_exited_writer_wrote(tmp_path: Path) -> None:

@@ -21,6 +21,18 @@ def clean_env(**settings: str) -> dict[str, str]:
     return env
 
 
+def start_worker(env: dict[str, str], log: Path, *options: str) -> subprocess.Popen[str]:
+    """``memstream worker projector OPTIONS`` in the background, its output to ``log``."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [MEMSTREAM, "worker", "projector", *options],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+
 def memstream(env: dict[str, str], *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
     # stdin is never a terminal: a command that would ask a question must refuse, not hang
     result = subprocess.run(

@@ -1,0 +1,179 @@
+"""Projectors of a partitioned stream in separate OS processes, sharing its partitions by leases:
+two build what one builds, a SIGKILLed one's partitions are taken over, nothing is lost or
+doubled, and readers in other processes read their writes."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from support.postgres import create_database, drop_database
+from support.processes import clean_env, json_of, start_worker, stop, wait_for_text
+
+from memstream.workers.nats_server import NatsServerProcess
+
+PARTITIONS = 4
+SESSIONS = 12
+ROUNDS = 60
+
+# A writer without workers: appends ROUNDS messages to each of SESSIONS sessions, round robin
+# (one command each), then reads every session back (each read waits for its partition).
+WRITER = f"""
+import asyncio, json, sys
+import memstream
+
+async def main(first: int, rounds: int) -> None:
+    async with memstream.connect(workers=False) as ms:
+        manager = ms.session_manager()
+        if first == 0:
+            for s in range({SESSIONS}):
+                await manager.create(f"chat {{s}}", session_id=f"chat-{{s}}")
+        for r in range(first, first + rounds):
+            for s in range({SESSIONS}):
+                await ms.session(f"chat-{{s}}").append_message(
+                    {{"id": f"m{{r}}", "role": "user", "content": f"chat {{s}} note {{r}}"}}
+                )
+        counts = {{}}
+        for s in range({SESSIONS}):
+            counts[s] = len(await ms.session(f"chat-{{s}}").get_history())
+        print(json.dumps(counts))
+
+asyncio.run(main(int(sys.argv[1]), int(sys.argv[2])))
+"""
+
+
+def writer(env: dict[str, str], first: int, rounds: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(first), str(rounds)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finished(process: subprocess.Popen[str]) -> dict[str, int]:
+    out, err = process.communicate(timeout=180)
+    assert process.returncode == 0, err
+    import json
+
+    counts: dict[str, int] = json.loads(out)
+    return counts
+
+
+def checksums(env: dict[str, str]) -> dict[str, str]:
+    verified = json_of(env, "projections", "verify", "--json")
+    assert all(v["ok"] for v in verified), [v["difference"] for v in verified if not v["ok"]]
+    return {v["projection"]: v["live"] for v in verified}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def databases(request: pytest.FixtureRequest) -> Iterator[tuple[str | None, str | None]]:
+    """Two read-model copies' databases: SQLite in each data dir, or two PostgreSQL ones."""
+    if request.param == "sqlite":
+        yield None, None
+        return
+    server = request.getfixturevalue("postgres_server")
+    urls = [create_database(server), create_database(server)]
+    try:
+        yield urls[0], urls[1]
+    finally:
+        for url in urls:
+            drop_database(server, url)
+
+
+def test_two_projectors_share_four_partitions_and_survive_a_sigkill(
+    tmp_path: Path, nats_server: NatsServerProcess, databases: tuple[str | None, str | None]
+) -> None:
+    stream = "T" + uuid.uuid4().hex[:12].upper()
+    shared = clean_env(
+        MEMSTREAM_NATS_URL=nats_server.url,
+        MEMSTREAM_STREAM=stream,
+        MEMSTREAM_STREAM_PARTITIONS=str(PARTITIONS),
+        MEMSTREAM_DATA_DIR=str(tmp_path / "two"),
+    )
+    one = {**shared, "MEMSTREAM_DATA_DIR": str(tmp_path / "one")}
+    if databases[0] is not None:
+        shared["MEMSTREAM_DATABASE_URL"], one["MEMSTREAM_DATABASE_URL"] = databases
+    # Given two projectors of one copy sharing a stream of 4 partitions by leases of 2 s
+    options = ("--partitions", "--lease-ttl", "2", "--linger", "0")
+    first = start_worker(shared, tmp_path / "first.log", *options)
+    second = start_worker(shared, tmp_path / "second.log", *options)
+    try:
+        wait_for_text(tmp_path / "first.log", "by partition: 4 partitions", first)
+        wait_for_text(tmp_path / "second.log", "by partition: 4 partitions", second)
+        # Each takes two partitions (the fair share), disjoint
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            owned = [_owned(tmp_path / f"{n}.log") for n in ("first", "second")]
+            if all(len(o) == 2 for o in owned) and not owned[0] & owned[1]:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"partitions not shared out: {owned}")
+        # When a writer in a third process writes to 12 sessions, and the first projector is
+        # killed (SIGKILL: no clean-up runs) while it writes
+        running = writer(shared, 0, ROUNDS)
+        time.sleep(0.5)
+        assert running.poll() is None, "the writer finished before the kill"
+        stop(first, signal.SIGKILL)
+        counts = finished(running)
+        # Then the other took its partitions over (within the lease time), and the writer read
+        # all its writes back
+        assert set(counts.values()) == {ROUNDS}, counts
+        deadline = time.monotonic() + 10
+        while _owned(tmp_path / "second.log") != set(range(PARTITIONS)):
+            assert time.monotonic() < deadline, _owned(tmp_path / "second.log")
+            time.sleep(0.2)
+        # And a writer in a new process writes more and reads everything
+        assert set(finished(writer(shared, ROUNDS, 5)).values()) == {ROUNDS + 5}
+        # Nothing lost or doubled
+        counted, rows = _messages_and_rows(tmp_path / "two" / "memstream.db", databases[0])
+        assert counted == (SESSIONS * (ROUNDS + 5), SESSIONS * (ROUNDS + 5))
+        assert {f"sessions@{p}" for p in range(PARTITIONS)} <= rows
+        two = checksums(shared)
+    finally:
+        stop(first)
+        stop(second)
+    # And one projector of the whole stream, in a second data dir, builds the same read model
+    alone = start_worker(one, tmp_path / "alone.log", "--linger", "0")
+    try:
+        wait_for_text(tmp_path / "alone.log", "projector: stream", alone)
+        assert checksums(one) == two
+    finally:
+        stop(alone)
+
+
+def _messages_and_rows(path: Path, url: str | None) -> tuple[tuple[int, int], set[str]]:
+    """How many message rows there are and how many distinct (session, id), and the tracking
+    rows' names."""
+    count = "SELECT count(*), count(DISTINCT sid || '/' || id) FROM messages"
+    if url is None:
+        with sqlite3.connect(path) as db:
+            counted = db.execute(count).fetchone()
+            rows = {str(r[0]) for r in db.execute("SELECT projection FROM tracking")}
+        return (int(counted[0]), int(counted[1])), rows
+    with psycopg.connect(url) as pg:
+        pg.execute("SET search_path TO memstream")
+        row = pg.execute(count).fetchone()
+        assert row is not None
+        names = {str(r[0]) for r in pg.execute("SELECT projection FROM tracking").fetchall()}
+    return (int(row[0]), int(row[1])), names
+
+
+def _owned(log: Path) -> set[int]:
+    """The partitions a worker's log says it holds last."""
+    owned: set[int] = set()
+    for line in log.read_text().splitlines():
+        if ": partitions " in line and " of 4" in line:
+            listed = line.split(": partitions ", 1)[1].split(" of ", 1)[0]
+            owned = set() if listed == "none" else {int(p) for p in listed.split(",")}
+    return owned
