@@ -19,7 +19,12 @@ from memstream.cli.demo import run_demo
 from memstream.cli.output import note, show_demo, show_platform
 from memstream.domain.redaction import redact_url
 from memstream.llm_extractor import extractor_from_settings
-from memstream.projections.ports import PROJECTOR_PROJECTIONS, REGISTRY, parse_projections
+from memstream.projections.ports import (
+    PARTITIONABLE,
+    PROJECTOR_PROJECTIONS,
+    REGISTRY,
+    parse_projections,
+)
 from memstream.projections.read_models import open_read_models
 from memstream.workers.apps import create_app, nats_security, require_worker
 from memstream.workers.data_dir import prepare_data_dir, private_database
@@ -161,6 +166,12 @@ def worker(
     )
     if partitions and name != "projector":
         raise InvalidInputError(f"--partitions is for the projector; the {name} reads it whole")
+    unfit = [p for p in selected if p not in PARTITIONABLE]
+    if partitions and unfit:
+        raise InvalidInputError(
+            f"--partitions: projections {', '.join(unfit)} cannot be projected by partition "
+            f"(only {', '.join(PARTITIONABLE)}): run them in a worker without --partitions"
+        )
     if not 0.5 <= lease_ttl <= 300:
         raise InvalidInputError(f"--lease-ttl is {lease_ttl:g}; it must be 0.5 to 300 seconds")
     if not 0 <= linger <= MAX_LINGER:

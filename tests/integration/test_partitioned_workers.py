@@ -4,6 +4,7 @@ doubled, and readers in other processes read their writes."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sqlite3
 import subprocess
@@ -18,7 +19,10 @@ import pytest
 from support.postgres import create_database, drop_database
 from support.processes import clean_env, json_of, start_worker, stop, wait_for_text
 
+from memstream.client import Memstream, open_memstream
+from memstream.settings import Settings
 from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.subjects import partition_of
 
 PARTITIONS = 4
 SESSIONS = 12
@@ -177,3 +181,65 @@ def _owned(log: Path) -> set[int]:
             listed = line.split(": partitions ", 1)[1].split(" of ", 1)[0]
             owned = set() if listed == "none" else {int(p) for p in listed.split(",")}
     return owned
+
+
+async def test_a_read_waits_for_its_own_partition_alone(
+    tmp_path: Path, nats_server: NatsServerProcess
+) -> None:
+    stream = "T" + uuid.uuid4().hex[:12].upper()
+    env = clean_env(
+        MEMSTREAM_NATS_URL=nats_server.url,
+        MEMSTREAM_STREAM=stream,
+        MEMSTREAM_STREAM_PARTITIONS=str(PARTITIONS),
+        MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
+    )
+    # Given two projectors sharing 4 partitions by leases of 5 s, and one of them SIGKILLed
+    options = ("--partitions", "--lease-ttl", "5", "--linger", "0")
+    first = start_worker(env, tmp_path / "first.log", *options)
+    second = start_worker(env, tmp_path / "second.log", *options)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            owned = [_owned(tmp_path / f"{n}.log") for n in ("first", "second")]
+            if all(len(o) == 2 for o in owned) and not owned[0] & owned[1]:
+                break
+            assert time.monotonic() < deadline, owned
+            await asyncio.sleep(0.2)
+        stop(first, signal.SIGKILL)
+        killed_at = time.monotonic()
+        settings = Settings(
+            data_dir=tmp_path / "data",
+            nats_url=nats_server.url,
+            stream=stream,
+            stream_partitions=PARTITIONS,
+        )
+        ms = await open_memstream(settings, workers=False)
+        try:
+            live = _session_in(ms, owned[1])
+            dead = _session_in(ms, owned[0])
+            # When a client writes to a session of a partition whose projector lives
+            session = ms.session(live)
+            await session.append_message({"id": "a", "role": "user", "content": "hello"})
+            # Then it reads it back at once, though another partition has no projector
+            assert [m["id"] for m in await session.get_history()] == ["a"]
+            assert time.monotonic() - killed_at < 3.0  # (its leases last at least 3.3 s more)
+            assert _owned(tmp_path / "second.log") == owned[1]
+            # And a write to a session of the dead projector's partition is read back once the
+            # other took it over
+            other = ms.session(dead)
+            await other.append_message({"id": "b", "role": "user", "content": "hello"})
+            assert [m["id"] for m in await other.get_history()] == ["b"]
+            assert _owned(tmp_path / "second.log") == set(range(PARTITIONS))
+        finally:
+            await ms.close()
+    finally:
+        stop(first)
+        stop(second)
+
+
+def _session_in(ms: Memstream, partitions: set[int]) -> str:
+    """A session id whose subject is in one of ``partitions``."""
+    for n in range(1000):
+        if partition_of(ms.session_subject(f"s{n}"), PARTITIONS) in partitions:
+            return f"s{n}"
+    raise AssertionError(f"no session id in partitions {partitions}")
