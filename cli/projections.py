@@ -54,7 +54,10 @@ def list_projections(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     async def main() -> list[ProjectionStatus]:
         async with connected(settings, workers=False) as ms:
             return projection_statuses(
-                ms.read_models, await ms.log.stream_last_seq(), await profiles_last_seq(ms.log)
+                ms.read_models,
+                await ms.log.stream_last_seq(),
+                await profiles_last_seq(ms.log),
+                await ms.log.partition_ends(),
             )
 
     statuses = run(main())

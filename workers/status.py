@@ -185,14 +185,25 @@ async def forget_copy(log: EventLog, copy: str, *, local: str | None = None) -> 
 
 
 def projection_statuses(
-    read_models: ReadModels, last_seq: int, profiles_last_seq: int | None = None
+    read_models: ReadModels,
+    last_seq: int,
+    profiles_last_seq: int | None = None,
+    partition_ends: dict[int, int] | None = None,
 ) -> list[ProjectionStatus]:
     """Tracked sequence and lag (``last_seq`` minus tracked) of every projection; the indexer's
     sees Agent Memory events only, so its lag counts from ``profiles_last_seq`` (the last of
-    them; ``last_seq`` when not given)."""
+    them; ``last_seq`` when not given). A projection tracked by partition is as far as its
+    partition furthest behind: one whose row reached its last event (``partition_ends``)
+    counts as at ``last_seq``."""
     statuses = []
     for projection in PROJECTIONS:
         seq = read_models.tracked_seq(projection)
+        partitions = read_models.tracked_partitions(projection) if partition_ends else {}
+        if partitions and partition_ends is not None:
+            seq = min(
+                last_seq if row >= partition_ends.get(partition, 0) else row
+                for partition, row in partitions.items()
+            )
         last = last_seq
         if projection in INDEXER_PROJECTIONS and profiles_last_seq is not None:
             last = profiles_last_seq
@@ -222,7 +233,12 @@ async def platform_status(
         consumers=consumers,
         copies=copy_statuses(consumers, stream.last_seq, local),
         copy_id=local,
-        projections=projection_statuses(read_models, stream.last_seq, await profiles_last_seq(log)),
+        projections=projection_statuses(
+            read_models,
+            stream.last_seq,
+            await profiles_last_seq(log),
+            await log.partition_ends(),
+        ),
         dead_letter_count=len(letters),
         dead_letters=letters[-dead_letter_limit:] if dead_letter_limit > 0 else [],
     )

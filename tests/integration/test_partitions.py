@@ -19,6 +19,7 @@ from memstream.workers.event_log import EventLog
 from memstream.workers.event_transfer import import_events
 from memstream.workers.nats_server import NatsServerProcess
 from memstream.workers.rebuild import verify
+from memstream.workers.status import platform_status
 from memstream.workers.subjects import (
     logical_subject,
     parse_subject,
@@ -125,6 +126,11 @@ async def test_everything_reads_a_partitioned_stream(partitioned: Settings, tmp_
         last = await ms.log.last_seq(ms.session_subject("chat-0"))
         assert last == trail[-1].seq
         await _verified(ms)
+        # Status counts a partition that reached its last event as caught up
+        await ms.sync("sessions")
+        status = await platform_status(ms.log, ms.read_models)
+        lag = {p.name: p.lag for p in status.projections}
+        assert lag["sessions"] == lag["registry"] == lag["context"] == 0, lag
         # Export, then import into a stream without partitions and into one with 3
         exported = tmp_path / "events.jsonl"
         with exported.open("w") as out:
