@@ -128,7 +128,13 @@ class PartitionedProjector:
         while True:
             await self._changed.wait()
             self._changed.clear()
-            retry = await self._reconcile()
+            try:
+                retry = await self._reconcile()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # e.g. the read model unreachable: try again, never give up
+                logger.exception("projector %s: could not follow its partitions", self.member)
+                retry = True
             if retry:
                 loop = asyncio.get_running_loop()
                 loop.call_later(RETRY_SECONDS, self._changed.set)

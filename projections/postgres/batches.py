@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psycopg
@@ -325,6 +326,15 @@ def lock_positions(
     return {name: found.get(name, 0) for name in names}
 
 
+@dataclass
+class PgBatchMemo:
+    """The positions a store's transactions committed last. What its projections remember
+    of the rows (sessions' last rows, keys) stays valid while nobody else moves those positions:
+    a batch that finds them moved makes them forget."""
+
+    positions: dict[str, int] | None = None
+
+
 class PgBatchTransaction:
     """One write transaction of a projector's batches: begun at creation, then any number of
     :meth:`apply`, then :meth:`commit` (with the positions) or :meth:`rollback`."""
@@ -338,11 +348,14 @@ class PgBatchTransaction:
         wait: bool = True,
         copy: str | None = None,
         rows: TrackingRows = UNPARTITIONED,
+        memo: PgBatchMemo | None = None,
     ) -> None:
-        """``copy``: the id of the copy its writer opened (checked when it begins)."""
+        """``copy``: the id of the copy its writer opened (checked when it begins).
+        ``memo``: the positions its store committed last (see :class:`PgBatchMemo`)."""
         self._connection = connection
         self._projections = projections
         self._rows = rows
+        self._memo = memo
         self._done = ProjectorStats()
         self._open = True
         try:
@@ -358,6 +371,12 @@ class PgBatchTransaction:
                 raise ReadModelRewound(
                     f"read model at {min(positions.values())}, was at {committed}"
                 )
+            if memo is not None and memo.positions != positions:
+                # Another connection wrote these rows since (a projector of the same partition
+                # that had not seen it lost its lease, a rebuild): what the projections
+                # remember of the rows may be stale.
+                for projection in projections:
+                    projection.forget()
         except BaseException:
             self.rollback()
             raise
@@ -455,6 +474,8 @@ class PgBatchTransaction:
             self.rollback()
             raise
         self._open = False
+        if self._memo is not None:
+            self._memo.positions = dict(self._positions)
         done = self._done
         stats.batches += 1
         stats.applied += done.applied
@@ -466,6 +487,8 @@ class PgBatchTransaction:
         if not self._open:
             return
         self._open = False
+        if self._memo is not None:
+            self._memo.positions = None
         for projection in self._projections:
             projection.forget()
         with contextlib.suppress(psycopg.Error):
@@ -482,12 +505,13 @@ def batch_steps(
     wait: bool = True,
     copy: str | None = None,
     rows: TrackingRows = UNPARTITIONED,
+    memo: PgBatchMemo | None = None,
 ) -> Generator[None, None, int]:
     """Apply ``entries`` in one transaction, pausing after each event, and commit; returns
     the lowest position now committed. Closing the generator early rolls it back."""
     decoded = prepare(projections, entries)
     transaction = PgBatchTransaction(
-        connection, projections, committed=committed, wait=wait, copy=copy, rows=rows
+        connection, projections, committed=committed, wait=wait, copy=copy, rows=rows, memo=memo
     )
     try:
         yield from transaction.apply(entries, stats, decoded)

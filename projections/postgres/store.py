@@ -29,6 +29,7 @@ from memstream.projections.ports import (
     run_steps,
 )
 from memstream.projections.postgres.batches import (
+    PgBatchMemo,
     PgBatchTransaction,
     PgVectorProjection,
     batch_steps,
@@ -95,6 +96,7 @@ class PostgresReadModelStore:
         self.url = url
         self._names = list(projections)
         self._rows = TrackingRows()
+        self._memo = PgBatchMemo()
         self._pgvector = pgvector
         self._location = describe(url)
         self._copy_checked = -math.inf  # when replaced() last found the copy in place
@@ -230,6 +232,7 @@ class PostgresReadModelStore:
                     wait=wait,
                     copy=self._copy_id,
                     rows=self._rows,
+                    memo=self._memo,
                 )
             )
         except psycopg.OperationalError as error:
@@ -249,6 +252,7 @@ class PostgresReadModelStore:
                 wait=wait,
                 copy=self._copy_id,
                 rows=self._rows,
+                memo=self._memo,
             )
         except psycopg.OperationalError as error:
             raise self._unavailable(error) from None

@@ -4,6 +4,7 @@ and rewinds, versions, busy and lost connections."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 
@@ -12,6 +13,7 @@ import pytest
 from contract.test_read_model_store import _conversation, _failing_third, _fields, _Undecodable
 from support.events import RecordedLog, every_event
 from support.messages import ids, msg
+from support.postgres import create_database, drop_database
 
 from memstream.domain.errors import UnavailableError
 from memstream.projections.ports import (
@@ -21,6 +23,7 @@ from memstream.projections.ports import (
     ProjectorStats,
     ReadModelRewound,
     StoreBusy,
+    TrackingRows,
 )
 from memstream.projections.postgres.connection import connect
 from memstream.projections.postgres.context_queries import PgContextQueries
@@ -265,3 +268,42 @@ def test_a_batch_on_a_replaced_copy_writes_nothing(
     assert store.positions()["sessions"] == 3
     # And the store says so when asked (the projector then opens the new copy)
     assert store.replaced()
+
+
+def test_two_stores_of_one_partition_take_turns_without_stale_rows(
+    postgres_url: str, postgres_server: str
+) -> None:
+    # Given two stores of partition 0 (a projector that lost its lease and one that took it
+    # over, both still running), each with what it learnt of the rows in its last batch
+    rows = TrackingRows(1, frozenset({0}))
+    entries = [
+        dataclasses.replace(e, subject=f"{e.subject}.0")
+        for e in _conversation(RecordedLog(), count=8)
+    ]
+    first, second = (PostgresReadModelStore(postgres_url, long_lived=True) for _ in range(2))
+    try:
+        for store in (first, second):
+            store.track(rows)
+        stats = ProjectorStats()
+        # When they apply overlapping deliveries in turns
+        assert first.apply(entries[:2], stats) == 2
+        assert second.apply(entries[:5], stats) == 5
+        assert first.apply(entries[:7], stats) == 7  # m3..m5 skipped: the other applied them
+        assert second.apply(entries, stats) == 8
+        assert stats.applied == 8
+        # Then the read model is what one store applying them in order builds
+        url = create_database(postgres_server)
+        try:
+            alone = PostgresReadModelStore(url, long_lived=True)
+            try:
+                alone.track(rows)
+                alone.apply(entries, ProjectorStats())
+                for projection in PROJECTOR_PROJECTIONS:
+                    assert first.checksum(projection) == alone.checksum(projection), projection
+            finally:
+                alone.close()
+        finally:
+            drop_database(postgres_server, url)
+    finally:
+        first.close()
+        second.close()
