@@ -120,9 +120,9 @@ async def consumer_statuses(log: EventLog) -> list[ConsumerStatus]:
 
 
 # The durable consumers of a read-model copy: ``<worker>-<copy id>``, or with the projections
-# it runs when not all of them, ``<worker>-<copy id>-<name>[-<name>...]`` (see
-# projector_consumer).
-_COPY_CONSUMER = re.compile(r"(?P<worker>[a-z]+)-(?P<copy>[0-9a-f]{12})(?:-[a-z_]+)*")
+# it runs when not all of them, ``<worker>-<copy id>-<name>[-<name>...]``, and ``-p<n>`` for
+# one partition's (see projector_consumer).
+_COPY_CONSUMER = re.compile(r"(?P<worker>[a-z]+)-(?P<copy>[0-9a-f]{12})(?:-[a-z_]+)*(?:-p[0-9]+)?")
 
 
 def copy_of(consumer: str) -> str | None:
@@ -142,7 +142,11 @@ def copy_statuses(
             grouped.setdefault(copy, []).append(consumer)
     copies = []
     for copy, members in sorted(grouped.items()):
-        floor = min(c.ack_floor for c in members)
+        # A consumer with nothing left to deliver or acknowledge (a partition's without new
+        # events) is as far as the stream, whatever its last event.
+        floor = min(
+            last_seq if not (c.num_pending or c.num_ack_pending) else c.ack_floor for c in members
+        )
         copies.append(
             CopyStatus(
                 copy,

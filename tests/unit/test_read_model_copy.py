@@ -75,23 +75,36 @@ def test_projectors_of_disjoint_projections_run_side_by_side(tmp_path: Path) -> 
 
 
 def test_consumers_are_grouped_by_copy(tmp_path: Path) -> None:
-    def consumer(name: str, floor: int, durable: bool = True) -> ConsumerStatus:
-        return ConsumerStatus(name, durable, 0, 0, 0, floor)
+    def consumer(name: str, floor: int, durable: bool = True, pending: int = 1) -> ConsumerStatus:
+        return ConsumerStatus(name, durable, pending, 0, 0, floor)
 
-    # Given the consumers of two copies, an ephemeral reader and a consumer of someone else
+    # Given the consumers of two copies, an ephemeral reader and a consumer of someone else,
+    # and one partition's consumer of copy c that has nothing left to deliver (its partition's
+    # last event is at 40)
     consumers = [
         consumer("projector-aaaaaaaaaaaa", 90),
         consumer("indexer-aaaaaaaaaaaa", 70),
         consumer("projector-bbbbbbbbbbbb", 100),
         consumer("projector-cccccccccccc", 5, durable=False),
         consumer("my-analytics", 3),
+        consumer("projector-dddddddddddd-p3", 40, pending=0),
+        consumer("projector-dddddddddddd-p1", 95),
     ]
     # When they are grouped, with the stream at 100 and copy a being this data dir's
     copies = copy_statuses(consumers, 100, local="aaaaaaaaaaaa")
-    # Then each copy shows its consumers, its slowest floor and that lag
+    # Then each copy shows its consumers, its slowest floor and that lag (a consumer with
+    # nothing pending is as far as the stream)
     assert [(c.copy_id, c.consumers, c.ack_floor, c.lag, c.local) for c in copies] == [
         ("aaaaaaaaaaaa", ["indexer-aaaaaaaaaaaa", "projector-aaaaaaaaaaaa"], 70, 30, True),
         ("bbbbbbbbbbbb", ["projector-bbbbbbbbbbbb"], 100, 0, False),
+        (
+            "dddddddddddd",
+            ["projector-dddddddddddd-p1", "projector-dddddddddddd-p3"],
+            95,
+            5,
+            False,
+        ),
     ]
+    assert copy_of("projector-dddddddddddd-p3") == "dddddddddddd"
     assert copy_of("my-analytics") is None
     assert copy_of("projector-ABCDEFABCDEF") is None
