@@ -7,10 +7,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import nats.errors
+import nats.js.errors
 
 from memstream.domain.errors import InvalidInputError, NotFoundError, UnavailableError
 from memstream.projections.ports import INDEXER_PROJECTIONS, PROJECTIONS, ReadModels
 from memstream.workers.event_log import EventLog
+from memstream.workers.leases import lease_bucket
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +187,19 @@ async def forget_copy(log: EventLog, copy: str, *, local: str | None = None) -> 
             await log.js.delete_consumer(log.stream, name)
         except (nats.errors.Error, TimeoutError) as error:
             raise UnavailableError(f"cannot delete consumer {name!r}: {error!r}") from error
+    await _forget_leases(log, {re.sub(r"-p[0-9]+$", "", name) for name in names})
     return names
+
+
+async def _forget_leases(log: EventLog, groups: set[str]) -> None:
+    """Delete the partition lease buckets of ``groups`` (projectors by partition), if any."""
+    for group in sorted(groups):
+        try:
+            await log.js.delete_key_value(lease_bucket(log.stream, group))
+        except nats.js.errors.NotFoundError:
+            continue  # this group never ran by partition
+        except (nats.errors.Error, TimeoutError) as error:
+            raise UnavailableError(f"cannot delete the leases of {group!r}: {error!r}") from error
 
 
 def projection_statuses(

@@ -14,6 +14,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import nats
+import nats.js.errors
 import psycopg
 import pytest
 from support.postgres import create_database, drop_database
@@ -155,8 +157,33 @@ def test_two_projectors_share_four_partitions_and_survive_a_sigkill(
     try:
         wait_for_text(tmp_path / "alone.log", "projector: stream", alone)
         assert checksums(one) == two
+        # And status lists the first copy with its partitions' consumers, all caught up
+        status = json_of(one, "status")
+        copies = {c["copy_id"]: c for c in status["copies"]}
+        (first_copy,) = set(copies) - {status["copy_id"]}
+        partitioned = [f"projector-{first_copy}-p{p}" for p in range(PARTITIONS)]
+        assert copies[first_copy]["consumers"] == partitioned
+        assert copies[first_copy]["lag"] == 0
+        # And forgetting that copy deletes its consumers and its lease bucket
+        bucket = f"KV_memstream_leases_{stream}_projector-{first_copy}"
+        assert asyncio.run(_bucket_exists(nats_server.url, bucket))
+        forgotten = json_of(one, "projections", "forget-copy", first_copy)
+        assert forgotten["deleted_consumers"] == partitioned
+        assert [c["copy_id"] for c in json_of(one, "status")["copies"]] == [status["copy_id"]]
+        assert not asyncio.run(_bucket_exists(nats_server.url, bucket))
     finally:
         stop(alone)
+
+
+async def _bucket_exists(url: str, stream: str) -> bool:
+    client = await nats.connect(url)
+    try:
+        await client.jetstream().stream_info(stream)
+    except nats.js.errors.NotFoundError:
+        return False
+    finally:
+        await client.close()
+    return True
 
 
 def _messages_and_rows(path: Path, url: str | None) -> tuple[tuple[int, int], set[str]]:
