@@ -594,21 +594,30 @@ class Memstream:
             if seq > self.own_partitions.get(partition, 0):
                 self.own_partitions[partition] = seq
 
-    def partition_targets(self, seq: int | None = None) -> dict[int, int]:
+    def partition_targets(self) -> dict[int, int]:
         """What a read waits for in each partition of a partitioned stream: the partition's
         last event when this client connected or this client's last write to it, whichever
-        is later, and at most ``seq`` (a partition's later event covers it)."""
+        is later (read-your-writes and the log as of connect)."""
         targets: dict[int, int] = {}
         for partition in range(self.partitions):
             target = max(
                 self.connected_partitions.get(partition, 0),
                 self.own_partitions.get(partition, 0),
             )
-            if seq is not None:
-                target = min(target, max(seq, self.connected_seq))
             if target:
                 targets[partition] = target
         return targets
+
+    async def _partition_targets_upto(self, seq: int) -> dict[int, int]:
+        """What a wait for everything up to ``seq`` waits for in each partition: its last
+        event up to ``seq``, or ``seq`` itself where the partition has later events (its row
+        passes ``seq`` only once every event of it up to ``seq`` is applied). Each partition's
+        end is asked of the log, unless the ends at connect cover ``seq``."""
+        if seq <= self.connected_seq:
+            ends = self.connected_partitions
+        else:
+            ends = await self.log.partition_ends()
+        return {partition: min(end, seq) for partition, end in ends.items() if end}
 
     async def wait_for_sessions(self, seq: int | None = None) -> None:
         """Read-your-writes: wait until the sessions read model has this client's last write."""
@@ -665,7 +674,10 @@ class Memstream:
         if self.partitions and projection in PARTITIONABLE and target > watch.position:
             # Partitions are projected apart: each must reach its own target (one without
             # new events never holds a read up), unless this process projects them all.
-            targets = self.partition_targets(seq)
+            if seq is None:
+                targets = self.partition_targets()
+            else:
+                targets = await self._partition_targets_upto(target)
             if subject is not None:
                 partition = partition_of(subject, self.partitions)
                 targets = {p: t for p, t in targets.items() if p == partition}

@@ -151,20 +151,21 @@ class TrackingRows:
     owned: frozenset[int] = frozenset()
 
     def names(self, projection: str) -> tuple[str, ...]:
-        """The rows of ``projection`` this store writes."""
-        if not self.count:
+        """The rows of ``projection`` this store writes (its own for one that is not
+        :data:`PARTITIONABLE`)."""
+        if not self.count or projection not in PARTITIONABLE:
             return (projection,)
         return tuple(f"{projection}{PARTITION_ROW}{p}" for p in sorted(self.owned))
 
     def every(self, projection: str) -> tuple[str, ...]:
         """Every row of ``projection`` (each partition's, on a partitioned stream)."""
-        if not self.count:
+        if not self.count or projection not in PARTITIONABLE:
             return (projection,)
         return tuple(f"{projection}{PARTITION_ROW}{p}" for p in range(self.count))
 
     def row(self, projection: str, subject: str) -> str:
         """The row of the partition ``subject`` (as the stream stored it) is in."""
-        if not self.count:
+        if not self.count or projection not in PARTITIONABLE:
             return projection
         partition = subject[subject.rfind(".") + 1 :]
         if not partition.isdigit():

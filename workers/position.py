@@ -126,9 +126,9 @@ class PositionWatch:
                     return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    partition = min(behind)
+                    partition = min(behind)  # (its numbers: the first one behind)
                     raise ProjectionLagError(
-                        f"{self.projection} (partition {partition})",
+                        self.projection,
                         behind[partition],
                         positions.get(partition, self._position),
                         timeout,

@@ -21,6 +21,7 @@ from memstream.projections.ports import (
     ReadModelCopy,
     ReadModelStore,
     TextEncoder,
+    TrackingRows,
     select_projections,
 )
 from memstream.workers.event_log import TRANSIENT_ERRORS, EventLog, LogEntry
@@ -57,8 +58,12 @@ async def catch_up(
     """Apply the log to ``store`` from its tracked position up to sequence ``until``.
 
     Uses an ephemeral consumer, so it can run beside a live projector: every event is applied
-    once, by whichever commits first. Returns the sequence reached.
+    once, by whichever commits first. Returns the sequence reached. On a partitioned stream it
+    reads every partition, so it moves every partition's rows (see :class:`TrackingRows`).
     """
+    count = await log.partitions()
+    if count and not store.rows.count:
+        store.track(TrackingRows(count, frozenset(range(count))))
     start = min(store.positions().values()) + 1
     if start > until:
         return start - 1

@@ -110,7 +110,9 @@ def _holder(connection: psycopg.Connection[tuple[object, ...]], key: int) -> str
     row = connection.execute(
         "SELECT a.application_name, a.client_addr::text, a.pid FROM pg_locks AS l "
         "JOIN pg_stat_activity AS a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
-        "AND l.granted AND l.classid = %s AND l.objid = %s AND l.objsubid = 2",
+        "AND l.granted AND l.classid = %s AND l.objid = %s AND l.objsubid = 2 "
+        # Advisory locks are the database's: another database's projector holds its own.
+        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
         (LOCK_CLASS, key),
     ).fetchone()
     if row is None:

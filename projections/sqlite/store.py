@@ -21,6 +21,7 @@ from memstream.domain.errors import ReadModelDamagedError
 from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
 from memstream.projections.ports import (
+    PARTITIONABLE,
     PROJECTIONS,
     PROJECTOR_PROJECTIONS,
     Difference,
@@ -143,7 +144,9 @@ class SqliteReadModelStore:
     def track(self, rows: TrackingRows) -> None:
         if rows.count:
             with damage_translated():
-                track_partitions(self.connection, self._names, rows.count)
+                track_partitions(
+                    self.connection, [n for n in self._names if n in PARTITIONABLE], rows.count
+                )
         self._memo.positions = None
         self._rows = rows
 

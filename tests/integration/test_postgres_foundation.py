@@ -17,6 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import conninfo
+from support.postgres import create_database, drop_database
 
 from memstream.domain.errors import InvalidInputError, ProjectorRunningError, UnavailableError
 from memstream.projections.postgres.connection import check_database_url, connect
@@ -192,6 +193,30 @@ def test_a_second_projector_is_refused_and_told_who_holds_the_lock(
         PostgresProjectorLock.acquire(postgres_url, "copy", ["context"])
     assert f"pid {holder.pid} on {socket.gethostname()[:8]}" in str(caught.value)
     assert "projection context" in str(caught.value)
+
+
+def test_the_holder_named_is_the_one_of_this_database(
+    postgres_url: str, postgres_server: str, holders: list[subprocess.Popen[str]]
+) -> None:
+    # Given a projector holding "context" in another database of the same server first
+    other = create_database(postgres_server)
+    try:
+        elsewhere = _helper("lock", other, "context")
+        holders.append(elsewhere)
+        assert _started(elsewhere) == "locked"
+        here = _helper("lock", postgres_url, "context")
+        holders.append(here)
+        assert _started(here) == "locked"
+        # When a third is refused here, it names this database's holder
+        with pytest.raises(ProjectorRunningError) as caught:
+            PostgresProjectorLock.acquire(postgres_url, "copy", ["context"])
+        assert f"pid {here.pid} on " in str(caught.value)
+        assert f"pid {elsewhere.pid} on " not in str(caught.value)
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait(10)
+        drop_database(postgres_server, other)
 
 
 def test_locks_are_all_or_none_and_disjoint_sets_run_side_by_side(
