@@ -12,7 +12,7 @@ import pytest
 from nats.js import api
 
 from memstream.client import Memstream, open_memstream
-from memstream.domain.errors import InvalidInputError
+from memstream.domain.errors import InvalidInputError, ProjectionLagError
 from memstream.settings import Settings
 from memstream.workers.audit import EventQuery, read_events, session_trail
 from memstream.workers.event_log import EventLog
@@ -186,3 +186,25 @@ async def _write_and_read(ms: Memstream) -> None:
     assert {s["id"] for s in listed} == {f"chat-{n}" for n in range(8)}
     hits = await ms.session("chat-5").search("garlic")
     assert len(hits) == 3
+
+
+async def test_a_wait_for_another_clients_sequence_waits_for_every_partition(
+    partitioned: Settings,
+) -> None:
+    # Given a projecting client, and two clients without workers on a partitioned stream
+    projecting = await open_memstream(partitioned, workers=True)
+    reader = await open_memstream(partitioned.with_(read_timeout=1.0), workers=False)
+    writer = await open_memstream(partitioned, workers=False)
+    try:
+        assert projecting.projector is not None
+        await projecting.projector.stop()  # nothing is projected from now on
+        # When the writer writes and the reader waits for the writer's last sequence
+        await writer.session("chat-x").append_message({"id": "x", "role": "user", "content": "?"})
+        # Then the wait holds until every partition has everything up to it (here: never)
+        with pytest.raises(ProjectionLagError) as lag:
+            await reader.wait_for("sessions", writer.last_write_seq)
+        assert lag.value.projection == "sessions"
+        assert lag.value.wanted == writer.last_write_seq
+    finally:
+        for client in (writer, reader, projecting):
+            await client.close()
