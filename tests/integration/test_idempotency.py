@@ -33,8 +33,9 @@ def _message(message_id: str, text: str = "hello") -> dict[str, object]:
 
 
 async def _subject_count(log: EventLog, subject: str) -> int:
-    info = await log.js.stream_info(log.stream, subjects_filter=subject)
-    return int((info.state.subjects or {}).get(subject, 0))
+    """Events stored for ``subject`` (under its partition too, on a partitioned stream)."""
+    info = await log.js.stream_info(log.stream, subjects_filter=await log.stored(subject))
+    return sum(int(count) for count in (info.state.subjects or {}).values())
 
 
 async def _read_all(log: EventLog) -> list[LogEntry]:

@@ -172,7 +172,13 @@ async def test_a_projector_worker_of_its_own_lingers_and_hears_readers_too(
 ) -> None:
     # Given a separate projector worker (the distributed shape) that lingers up to 10 s
     assert settings.nats_url is not None
-    config = WorkerConfig(settings.nats_url, settings.stream, settings.database_path, linger=10.0)
+    config = WorkerConfig(
+        settings.nats_url,
+        settings.stream,
+        settings.database_path,
+        linger=10.0,
+        stream_partitions=settings.stream_partitions,
+    )
     settings.database_path.parent.mkdir(parents=True, exist_ok=True)
     stop = asyncio.Event()
     worker = asyncio.create_task(run_worker("projector", config, stop))
