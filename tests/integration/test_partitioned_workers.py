@@ -99,13 +99,8 @@ def databases(request: pytest.FixtureRequest) -> Iterator[tuple[str | None, str 
 def test_two_projectors_share_four_partitions_and_survive_a_sigkill(
     tmp_path: Path, nats_server: NatsServerProcess, databases: tuple[str | None, str | None]
 ) -> None:
-    stream = "T" + uuid.uuid4().hex[:12].upper()
-    shared = clean_env(
-        MEMSTREAM_NATS_URL=nats_server.url,
-        MEMSTREAM_STREAM=stream,
-        MEMSTREAM_STREAM_PARTITIONS=str(PARTITIONS),
-        MEMSTREAM_DATA_DIR=str(tmp_path / "two"),
-    )
+    shared = _partitioned_env(nats_server, tmp_path / "two")
+    stream = shared["MEMSTREAM_STREAM"]
     one = {**shared, "MEMSTREAM_DATA_DIR": str(tmp_path / "one")}
     if databases[0] is not None:
         shared["MEMSTREAM_DATABASE_URL"], one["MEMSTREAM_DATABASE_URL"] = databases
@@ -203,6 +198,16 @@ def _messages_and_rows(path: Path, url: str | None) -> tuple[tuple[int, int], se
     return (int(row[0]), int(row[1])), names
 
 
+def _partitioned_env(nats_server: NatsServerProcess, data_dir: Path) -> dict[str, str]:
+    """The settings of a process on a new stream of PARTITIONS partitions, and ``data_dir``."""
+    return clean_env(
+        MEMSTREAM_NATS_URL=nats_server.url,
+        MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
+        MEMSTREAM_STREAM_PARTITIONS=str(PARTITIONS),
+        MEMSTREAM_DATA_DIR=str(data_dir),
+    )
+
+
 def _owned(log: Path) -> set[int]:
     """The partitions a worker's log says it holds last."""
     owned: set[int] = set()
@@ -216,13 +221,8 @@ def _owned(log: Path) -> set[int]:
 async def test_a_read_waits_for_its_own_partition_alone(
     tmp_path: Path, nats_server: NatsServerProcess
 ) -> None:
-    stream = "T" + uuid.uuid4().hex[:12].upper()
-    env = clean_env(
-        MEMSTREAM_NATS_URL=nats_server.url,
-        MEMSTREAM_STREAM=stream,
-        MEMSTREAM_STREAM_PARTITIONS=str(PARTITIONS),
-        MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
-    )
+    env = _partitioned_env(nats_server, tmp_path / "data")
+    stream = env["MEMSTREAM_STREAM"]
     # Given two projectors sharing 4 partitions by leases of 5 s, and one of them SIGKILLed
     options = ("--partitions", "--lease-ttl", "5", "--linger", "0")
     first = start_worker(env, tmp_path / "first.log", *options)
