@@ -166,11 +166,14 @@ def consumed_subjects(prefix: str, projections: Sequence[str]) -> str:
 
 
 class ProjectorWorker:
-    """Consumes the whole stream in order and keeps the read models current.
+    """Consumes the stream in order and keeps the read models current: the whole stream, or
+    one partition of a partitioned one (``rows`` at :meth:`open`, see
+    :class:`~memstream.projections.ports.TrackingRows`).
 
-    Its durable consumer is named from the read-model copy's id (``projector-<copy id>``), so
-    every copy (data dir, host) projects the whole stream on its own; :meth:`open` also takes
-    the copy's single-projector lock.
+    Its durable consumer is named from the read-model copy's id (``projector-<copy id>``, with
+    ``-p<n>`` for partition n), so every copy (data dir, host) projects the stream on its own;
+    :meth:`open` also takes the copy's projector locks (of the partition's rows, for one
+    partition).
     """
 
     def __init__(
@@ -249,7 +252,9 @@ class ProjectorWorker:
     ) -> ProjectorWorker:
         """A projector of ``projections`` (registry names) for the read-model copy ``copy``,
         holding their locks until :meth:`close` (or until this process dies). A projection
-        whose rows another version of it wrote starts over from the log.
+        whose rows another version of it wrote starts over from the log. ``rows`` (an option):
+        where it records positions on a partitioned stream; one partition of several makes it
+        that partition's projector.
 
         Raises:
             ProjectorRunningError: another projector runs one of them for this copy.
