@@ -1,8 +1,9 @@
 """Partition leases in a NATS KV bucket: each partition of a worker group is held by at most
 one live member, shared out evenly, and taken over within seconds when a member dies.
 
-The building block of partitioned workers (issue 16, items 8–9; not wired into the projector
-yet). One bucket per group, its entries expiring ``ttl`` seconds after their last write:
+What ``memstream worker projector --partitions`` shares a partitioned stream out with (see
+:mod:`memstream.workers.partitioned`). One bucket per group, its entries expiring ``ttl``
+seconds after their last write:
 
 - ``member.<id>``: a live member, rewritten every ``ttl / 3`` seconds;
 - ``p<n>``: partition ``n``'s lease, holding its owner's id, renewed with a compare-and-set on

@@ -7,15 +7,12 @@ import sqlite3
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 from support.processes import MEMSTREAM, clean_env, json_of, memstream, stop, wait_for_text
-
-from memstream.workers.nats_server import NatsServerProcess
 
 AUDIT_HEADERS = {
     "command_id",
@@ -25,16 +22,6 @@ AUDIT_HEADERS = {
     "originator_id",
     "originator_version",
 }
-
-
-@pytest.fixture
-def cli_env(tmp_path: Path, nats_server: NatsServerProcess) -> dict[str, str]:
-    """The CLI pointed at the test's nats-server, its own data dir and a unique stream."""
-    return clean_env(
-        MEMSTREAM_NATS_URL=nats_server.url,
-        MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
-        MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
-    )
 
 
 @pytest.fixture

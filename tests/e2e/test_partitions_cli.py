@@ -4,26 +4,15 @@ stream created partitioned by ``--stream-partitions``."""
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
-import pytest
 from support.processes import clean_env, memstream
 
-from memstream.workers.nats_server import NatsServerProcess
 from memstream.workers.subjects import partition_of
 
 
-@pytest.fixture
-def env(tmp_path: Path, nats_server: NatsServerProcess) -> dict[str, str]:
-    return clean_env(
-        MEMSTREAM_NATS_URL=nats_server.url,
-        MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
-        MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
-    )
-
-
-def test_partition_options_are_refused_when_they_cannot_work(env: dict[str, str]) -> None:
+def test_partition_options_are_refused_when_they_cannot_work(cli_env: dict[str, str]) -> None:
+    env = cli_env
     refusals = [
         (("worker", "indexer", "--partitions"), "--partitions is for the projector"),
         (
