@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -64,7 +64,7 @@ from memstream.workers.event_log import (
 from memstream.workers.extractor import ExtractorWorker
 from memstream.workers.indexer import LazyEncoder
 from memstream.workers.metrics_hooks import hooks
-from memstream.workers.position import Demand, PositionWatch
+from memstream.workers.position import Demand, PositionWatch, encode_demand
 from memstream.workers.projector import DEFAULT_LINGER, HeldOwn, ProjectorWorker
 from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
 from memstream.workers.subjects import demand_subject, partition_of, subject_for
@@ -698,13 +698,15 @@ class Memstream:
                     self.connected_partitions[partition] = end
         await self.wait_for(projection, max(self.last_write_seq, await self.log.stream_last_seq()))
 
-    async def _nudge(self, seq: int) -> None:
-        """Tell the projector of another process that a reader here waits for ``seq`` (so it
-        stops lingering); the projector in this process sees its readers without this."""
+    async def _nudge(self, seq: int, partitions: Mapping[int, int] | None = None) -> None:
+        """Tell the projectors of other processes that a reader here waits for ``seq`` (in
+        each of ``partitions``, their targets), so that they stop lingering; the projector in
+        this process sees its readers without this."""
         if self.projector is not None:
             return
+        signal = encode_demand(seq, partitions)
         with contextlib.suppress(Exception):  # best effort: the reader polls regardless
-            await self.client.publish(demand_subject(self.log.stream), str(seq).encode())
+            await self.client.publish(demand_subject(self.log.stream), signal)
 
     def _advance(self, projections: tuple[str, ...], seq: int) -> None:
         # A projector reports the lowest position over its projections.

@@ -30,6 +30,7 @@ from memstream.domain.errors import InvalidInputError, MemstreamError
 from memstream.projections.ports import PARTITIONABLE, ReadModelCopy, TrackingRows
 from memstream.workers.event_log import EventLog
 from memstream.workers.leases import DEFAULT_TTL, PartitionLeases, lease_bucket
+from memstream.workers.position import Demand
 from memstream.workers.projector import ProjectorWorker, projector_consumer
 
 logger = logging.getLogger(__name__)
@@ -147,13 +148,17 @@ class PartitionedProjector:
             await worker.close()  # commits the batch in hand, gives up the locks
         retry = False
         for partition in sorted(self._wanted - set(self.workers)):
+            options = dict(self.options)
+            if options.get("demand") is not None:
+                # Its own: what readers await of the other partitions does not press it.
+                options["demand"] = Demand()
             try:
                 worker = ProjectorWorker.open(
                     self.log,
                     self.copy,
                     self.projections,
                     rows=TrackingRows(self.count, frozenset({partition})),
-                    **self.options,
+                    **options,
                 )
             except MemstreamError as error:  # its last owner still finishes: again soon
                 logger.info("projector %s: partition %d: %s", self.member, partition, error)

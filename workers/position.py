@@ -5,12 +5,56 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from memstream.domain.errors import ProjectionLagError
 
 POLL_MIN = 0.0005
 POLL_MAX = 0.01
+# A demand signal longer than this is not read (1,024 partitions' targets fit in ~25 KiB).
+DEMAND_MAX_BYTES = 64 * 1024
+
+# What a reader waits for, as it tells projectors elsewhere over NATS: ``nudge(seq)``, or on a
+# partitioned stream ``nudge(seq, targets)`` with each partition's own target.
+Nudge = Callable[[int, Mapping[int, int] | None], Awaitable[None]]
+
+
+def encode_demand(seq: int, partitions: Mapping[int, int] | None = None) -> bytes:
+    """The demand signal of a reader waiting for ``seq``: ``b"<seq>"``, followed on a
+    partitioned stream by the partitions it waits for with their targets
+    (``b"<seq> <p>:<target>,<p>:<target>"``)."""
+    if not partitions:
+        return str(seq).encode()
+    targets = ",".join(f"{p}:{t}" for p, t in sorted(partitions.items()))
+    return f"{seq} {targets}".encode()
+
+
+def wanted_by(data: bytes, partition: int | None) -> int | None:
+    """The sequence a demand signal asks of the projector of ``partition`` (``None``: of the
+    whole stream or of every partition): the signal's sequence, or where the signal names
+    partitions, that partition's target (0 when it names others only: nothing of this
+    partition is awaited). ``None`` for a signal that is not one (it is ignored).
+    """
+    if len(data) > DEMAND_MAX_BYTES:
+        return None
+    try:
+        text = data.decode("ascii")
+        head, separator, tail = text.partition(" ")
+        seq = int(head)
+        targets: dict[int, int] = {}
+        if separator:
+            for item in tail.split(","):
+                p, colon, t = item.partition(":")
+                if not colon:
+                    return None
+                targets[int(p)] = int(t)
+    except ValueError:  # UnicodeDecodeError included
+        return None
+    if seq < 0 or any(p < 0 or t < 0 for p, t in targets.items()):
+        return None
+    if partition is None or not separator:
+        return seq
+    return targets.get(partition, 0)
 
 
 class Demand:
@@ -46,16 +90,17 @@ class Demand:
 
 class PositionWatch:
     """Tracks how far a projection got; waiters are woken by the in-process projector's commits
-    or, when the projector runs elsewhere, by polling its tracking row. ``nudge(seq)`` tells a
-    projector elsewhere that a reader waits for ``seq``; it is repeated at every poll (it may
-    be lost, or reach a projector that was not listening yet)."""
+    or, when the projector runs elsewhere, by polling its tracking row. ``nudge(seq, targets)``
+    tells a projector elsewhere that a reader waits for ``seq`` (on a partitioned stream, for
+    each partition's target: see :func:`encode_demand`); it is repeated at every poll (it may be
+    lost, or reach a projector that was not listening yet)."""
 
     def __init__(
         self,
         projection: str,
         read_position: Callable[[], int],
         demand: Demand | None = None,
-        nudge: Callable[[int], Awaitable[None]] | None = None,
+        nudge: Nudge | None = None,
         pushed: Callable[[], bool] | None = None,
         read_partitions: Callable[[], dict[int, int]] | None = None,
     ) -> None:
@@ -134,7 +179,7 @@ class PositionWatch:
                         timeout,
                     )
                 if self._nudge is not None:
-                    await self._nudge(max(behind.values()))
+                    await self._nudge(max(behind.values()), behind)
                 changed = self._changed
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(min(remaining, delay)):
@@ -152,7 +197,7 @@ class PositionWatch:
                 raise ProjectionLagError(self.projection, seq, self._position, timeout)
             pushed = self._pushed is not None and self._pushed()
             if self._nudge is not None and not pushed:
-                await self._nudge(seq)
+                await self._nudge(seq, None)
             changed = self._changed
             try:
                 # asyncio.timeout, not wait_for: no task per wait (this is on every read). A

@@ -43,7 +43,7 @@ from memstream.projections.ports import (
     step,
 )
 from memstream.workers.event_log import EventLog, LogEntry
-from memstream.workers.position import Demand
+from memstream.workers.position import Demand, wanted_by
 from memstream.workers.pull import Puller, stream_sequence
 from memstream.workers.subjects import demand_subject, partition_filter
 from memstream.workers.tracing import batch_span, tracing
@@ -671,9 +671,13 @@ class ProjectorWorker:
         if demand is None or self.linger <= 0:
             return None
 
+        partition = only_partition(self.store.rows)
+
         async def heard(msg: Msg) -> None:
-            with contextlib.suppress(ValueError):
-                seq = int(msg.data)
+            # A partition's projector hears what is awaited of its own partition only: a
+            # reader of other partitions must not cut its lingering short.
+            seq = wanted_by(msg.data, partition)
+            if seq:
                 demand.want(seq)
                 if self._group is not None and seq > self._durable:
                     self.flush()  # a reader elsewhere waits for own events kept open here

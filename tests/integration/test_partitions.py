@@ -4,7 +4,9 @@ stream without partitions."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 
 import nats
@@ -13,11 +15,14 @@ from nats.js import api
 
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import InvalidInputError, ProjectionLagError
+from memstream.projections.ports import PARTITIONABLE
 from memstream.settings import Settings
 from memstream.workers.audit import EventQuery, read_events, session_trail
 from memstream.workers.event_log import EventLog
 from memstream.workers.event_transfer import import_events
 from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.partitioned import PartitionedProjector
+from memstream.workers.position import Demand
 from memstream.workers.rebuild import verify
 from memstream.workers.status import platform_status
 from memstream.workers.subjects import (
@@ -208,3 +213,45 @@ async def test_a_wait_for_another_clients_sequence_waits_for_every_partition(
     finally:
         for client in (writer, reader, projecting):
             await client.close()
+
+
+async def test_a_reader_presses_only_the_projector_of_the_partition_it_reads(
+    settings: Settings,
+) -> None:
+    # Given the projectors of both partitions of a stream in a worker of their own, each
+    # lingering up to 10 s over what it fetched
+    partitioned = settings.with_(stream_partitions=2)
+    host = await open_memstream(partitioned, workers=False)
+    projector = PartitionedProjector(
+        host.log, host.copy, PARTITIONABLE, ttl=2.0, demand=Demand(), linger=10.0
+    )
+    client = await open_memstream(partitioned, workers=False)
+    try:
+        await projector.start()
+        async with asyncio.timeout(15):
+            while True:  # (until the leases are shared out: nothing to wait on for it)
+                if sorted(projector.workers) == [0, 1]:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.gather(*(w.bound.wait() for w in projector.workers.values()))
+        busy = next(
+            f"s{n}" for n in range(100) if partition_of(client.session_subject(f"s{n}"), 2) == 0
+        )
+        idle = 1
+        # When a client of neither writes to a session of partition 0 and reads it back
+        session = client.session(busy)
+        await session.append_message({"id": "a", "role": "user", "content": "hello"})
+        started = time.monotonic()
+        assert [m["id"] for m in await session.get_history()] == ["a"]
+        # Then partition 0's projector stopped lingering for it, and partition 1's (with
+        # nothing the reader waits for) was not pressed: it lingers on
+        assert time.monotonic() - started < 5.0
+        assert projector.workers[0].demand is not None
+        assert projector.workers[0].demand.wanted >= client.last_write_seq
+        assert projector.workers[idle].demand is not None
+        assert projector.workers[idle].demand.wanted == 0
+        assert projector.workers[0].demand is not projector.workers[idle].demand
+    finally:
+        await projector.stop()
+        await client.close()
+        await host.close()

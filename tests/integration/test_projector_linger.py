@@ -8,7 +8,7 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
@@ -92,7 +92,8 @@ async def test_a_reader_elsewhere_repeats_what_it_waits_for_at_every_poll() -> N
     # Given a watch of a projection that never moves, and a record of the reader's signals
     told: list[int] = []
 
-    async def nudge(seq: int) -> None:
+    async def nudge(seq: int, partitions: Mapping[int, int] | None) -> None:
+        assert partitions is None  # (a stream without partitions)
         told.append(seq)
 
     watch = PositionWatch("sessions", lambda: 0, nudge=nudge)
@@ -104,6 +105,22 @@ async def test_a_reader_elsewhere_repeats_what_it_waits_for_at_every_poll() -> N
     assert set(told) == {7}
 
 
+async def test_a_reader_of_partitions_tells_each_the_target_it_is_behind_on() -> None:
+    # Given a watch of a partitioned projection whose partition 1 is current, 0 behind
+    told: list[tuple[int, dict[int, int] | None]] = []
+
+    async def nudge(seq: int, partitions: Mapping[int, int] | None) -> None:
+        told.append((seq, None if partitions is None else dict(partitions)))
+
+    watch = PositionWatch("sessions", lambda: 0, nudge=nudge, read_partitions=lambda: {0: 2, 1: 9})
+    # When a reader waits for sequence 9 in partition 1 and 3 in partition 0
+    with pytest.raises(ProjectionLagError):
+        await watch.wait_for_partitions({0: 3, 1: 9}, 9, timeout=0.05)
+    # Then it asked for partition 0's target alone, naming the partition
+    assert told
+    assert set(map(repr, told)) == {repr((3, {0: 3}))}
+
+
 async def test_a_reader_next_to_its_projector_waits_for_its_report_without_polling() -> None:
     # Given a watch whose projector runs in this process (it reports each commit)
     reads: list[int] = []
@@ -113,7 +130,7 @@ async def test_a_reader_next_to_its_projector_waits_for_its_report_without_polli
         reads.append(1)
         return 0
 
-    async def nudge(seq: int) -> None:
+    async def nudge(seq: int, partitions: Mapping[int, int] | None) -> None:
         told.append(seq)
 
     watch = PositionWatch("sessions", read_position, nudge=nudge, pushed=lambda: True)
