@@ -35,6 +35,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "both_backends: run each test that uses the settings fixture on SQLite and on PostgreSQL",
     )
+    config.addinivalue_line(
+        "markers",
+        "sqlite_only: the test is about SQLite read models (their file, connections or "
+        "damage): its settings fixture uses SQLite whatever MEMSTREAM_TEST_BACKEND says",
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -47,8 +52,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def backend(request: pytest.FixtureRequest) -> str:
-    """The read-model backend of the ``settings`` fixture: the test's parameter (tests marked
-    ``both_backends``), else ``MEMSTREAM_TEST_BACKEND`` (default ``sqlite``)."""
+    """The read-model backend of the ``settings`` fixture: SQLite for tests marked
+    ``sqlite_only``, the test's parameter (tests marked ``both_backends``), else
+    ``MEMSTREAM_TEST_BACKEND`` (default ``sqlite``)."""
+    if request.node.get_closest_marker("sqlite_only"):
+        return "sqlite"
     chosen = getattr(request, "param", None) or os.environ.get("MEMSTREAM_TEST_BACKEND", "sqlite")
     if chosen not in BACKENDS:
         raise ValueError(f"MEMSTREAM_TEST_BACKEND is {chosen!r}; it must be one of {BACKENDS}")

@@ -44,6 +44,7 @@ class CountingLog(EventLog):
             raise
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.slow
 async def test_eight_independent_writers_on_one_session_lose_no_update(settings: Settings) -> None:
     # Given 8 independent clients (own NATS connection, own aggregate cache), one projecting

@@ -41,6 +41,7 @@ async def _publish_old(ms: Memstream, session_id: str, count: int) -> int:
     return last
 
 
+@pytest.mark.sqlite_only
 async def test_a_log_from_before_the_contract_goes_on_in_it(
     ms: Memstream, settings: Settings
 ) -> None:

@@ -80,6 +80,7 @@ async def _poll_tracked(database: Path, *, reach: int, deadline_s: float) -> int
         await asyncio.sleep(0.005)
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.slow
 async def test_projector_killed_mid_projection_resumes_without_loss_or_duplicates(
     settings: Settings,
@@ -241,6 +242,7 @@ async def test_nats_restart_during_write_loop_loses_no_acknowledged_write(
         server.stop()
 
 
+@pytest.mark.sqlite_only
 async def test_poison_events_are_dead_lettered_and_the_projector_keeps_going(
     ms: Memstream, settings: Settings
 ) -> None:
@@ -305,6 +307,7 @@ async def test_poison_events_are_dead_lettered_and_the_projector_keeps_going(
     assert {r.seq for r in results} == {await ms.log.stream_last_seq()}
 
 
+@pytest.mark.sqlite_only
 async def test_verify_finds_a_read_model_changed_behind_the_projectors_back(
     ms: Memstream, settings: Settings
 ) -> None:

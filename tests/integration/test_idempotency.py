@@ -172,6 +172,7 @@ async def test_same_message_id_with_different_command_ids_is_a_domain_no_op(ms: 
     assert await session.get_history() == [_message("m1", "first"), _message("m2")]
 
 
+@pytest.mark.sqlite_only
 async def test_committed_but_unacknowledged_batch_is_skipped_when_redelivered(
     ms: Memstream, settings: Settings, tmp_path: Path
 ) -> None:
@@ -207,6 +208,7 @@ async def test_committed_but_unacknowledged_batch_is_skipped_when_redelivered(
         connection.close()
 
 
+@pytest.mark.sqlite_only
 async def test_a_batch_landing_after_a_rebuild_dropped_the_read_model_writes_nothing(
     ms: Memstream, tmp_path: Path
 ) -> None:
@@ -236,6 +238,7 @@ async def test_a_batch_landing_after_a_rebuild_dropped_the_read_model_writes_not
         connection.close()
 
 
+@pytest.mark.sqlite_only
 async def test_projector_resuming_over_a_committed_unacknowledged_batch_applies_only_new_events(
     settings: Settings,
 ) -> None:

@@ -184,6 +184,7 @@ def test_demand_presses_while_a_reader_here_or_elsewhere_waits_for_more() -> Non
     assert demand.wanted == 12
 
 
+@pytest.mark.sqlite_only
 async def test_a_projector_worker_of_its_own_lingers_and_hears_readers_too(
     settings: Settings,
 ) -> None:

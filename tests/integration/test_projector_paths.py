@@ -620,6 +620,7 @@ async def test_wait_for_commits_the_own_writes_it_waits_for(
     assert await committed_messages(settings, "s") == (2, projector.committed)
 
 
+@pytest.mark.sqlite_only
 async def test_the_event_loop_never_waits_for_another_connections_write_lock(
     ms: Memstream, settings: Settings
 ) -> None:

@@ -176,6 +176,7 @@ async def read_line(reader: asyncio.subprocess.Process) -> tuple[int, tuple[int,
     return int(count), (int(device), int(inode))
 
 
+@pytest.mark.sqlite_only
 async def test_the_client_recovers_and_a_reader_elsewhere_follows(
     ms: Memstream, settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -292,6 +293,7 @@ async def hundred_messages(ms: Memstream, session_id: str) -> Session:
     return session
 
 
+@pytest.mark.sqlite_only
 async def test_the_projector_replaces_a_read_model_it_finds_damaged_in_a_batch(
     ms: Memstream, settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -361,6 +363,7 @@ def plant_text(database: Path) -> None:
     database.write_text("not a database\n" * 1000)
 
 
+@pytest.mark.sqlite_only
 async def test_a_short_lived_process_leaves_a_damaged_file_moved_aside(
     ms: Memstream, settings: Settings
 ) -> None:
@@ -392,6 +395,7 @@ def overwrite_root_pages(database: Path, tables: tuple[str, ...]) -> None:
     garble(database, root_pages(database, tables))
 
 
+@pytest.mark.sqlite_only
 async def test_a_command_meeting_a_damaged_read_model_is_decided_from_the_log(
     ms: Memstream, settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -31,6 +31,7 @@ async def test_a_read_whose_projection_lags_raises_projection_lag_error(settings
         await ms.close()
 
 
+@pytest.mark.sqlite_only
 async def test_reads_use_the_idle_projector_connection_of_their_process(settings: Settings) -> None:
     # The projector's connection has a warm page cache; the client's own connection loses its
     # cache at each of the projector's commits.
@@ -53,6 +54,7 @@ async def test_reads_use_the_idle_projector_connection_of_their_process(settings
     assert projector.idle_store() is None  # a closed projector lends nothing
 
 
+@pytest.mark.sqlite_only
 async def test_reads_without_a_projector_here_use_their_own_connection(
     settings: Settings,
 ) -> None:
