@@ -5,6 +5,11 @@ unless it names a zone): the state after the last event the stream stored at or 
 ``projections rebuild --as-of --into`` builds such a copy where the operator says; read
 commands answer from a cached copy per sequence under the data dir (``as-of/``), built on first
 use and kept for the next (the :data:`CACHE_KEEP` most recently used are kept).
+
+A purge (``memstream admin purge``) erases events that cached copies built before it still
+hold, in every data dir that has some, on any host. Each cached copy records how many purge
+records the stream held when it was built (:func:`purge_count`); a read that finds the count
+changed deletes the stream's cached copies and builds anew from the purged log.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from memstream.projections.ports import (
     select_projections,
 )
 from memstream.projections.read_models import DATABASE_FILE, read_models_at
-from memstream.workers.data_dir import private_dir
+from memstream.workers.data_dir import private_dir, write_private
 from memstream.workers.event_log import EventLog
 from memstream.workers.pull import Puller
 from memstream.workers.rebuild import Progress, catch_up
@@ -36,6 +41,8 @@ from memstream.workers.subjects import encode_token
 
 CACHE_DIR = "as-of"
 CACHE_KEEP = 8
+# In a cached copy's folder: the stream's purge count when it was built.
+PURGES_FILE = "purges"
 _TIME_STEP = timedelta(microseconds=1)
 
 
@@ -136,6 +143,59 @@ def cached_copy(data_dir: Path, stream: str, seq: int) -> ReadModelCopy:
     return read_models_at(str(folder / DATABASE_FILE))
 
 
+async def purge_count(log: EventLog) -> int:
+    """How many purge records (``purge.events_purged``, every namespace) the stream holds:
+    each purge that erases anything adds at least one, and none is ever removed.
+
+    Raises:
+        UnavailableError: NATS did not answer.
+    """
+    try:
+        info = await log.js.stream_info(
+            log.stream, subjects_filter=f"{log.subject_prefix}.*.purge.>"
+        )
+    except (nats.errors.Error, nats.js.errors.Error, OSError, TimeoutError) as error:
+        raise UnavailableError(f"cannot read stream {log.stream!r}: {error!r}") from error
+    return sum((info.state.subjects or {}).values())
+
+
+def forget_purged_copies(data_dir: Path, stream: str, purges: int) -> list[Path]:
+    """Delete the cached copies of ``stream`` built under another purge count than
+    ``purges`` (or recording none: built by an older memstream): they may hold what a purge
+    erased since. Returns those deleted."""
+    root = data_dir / CACHE_DIR
+    if not root.is_dir():
+        return []
+    prefix = f"{encode_token(stream)}-"
+    deleted = []
+    for folder in root.iterdir():
+        name = folder.name
+        if not (name.startswith(prefix) and name[len(prefix) :].isdigit()):
+            continue
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        try:
+            with (folder / PURGES_FILE).open("rb") as file:
+                recorded = file.read(32).decode("ascii", "replace").strip()
+        except OSError:
+            recorded = ""
+        if recorded != str(purges) and _delete(folder):
+            deleted.append(folder)
+    return deleted
+
+
+def _delete(folder: Path) -> bool:
+    """Delete a cached copy's folder and its files; False if it could not be (or is gone)."""
+    try:
+        for file in folder.iterdir():
+            with contextlib.suppress(OSError):
+                file.unlink()
+        folder.rmdir()
+    except OSError:
+        return False
+    return True
+
+
 def prune_cache(data_dir: Path, keep: int = CACHE_KEEP) -> list[Path]:
     """Delete all but the ``keep`` most recently used cached copies; returns those deleted."""
     root = data_dir / CACHE_DIR
@@ -146,15 +206,7 @@ def prune_cache(data_dir: Path, keep: int = CACHE_KEEP) -> list[Path]:
         key=lambda p: p.stat().st_mtime,
         reverse=True,
     )
-    deleted = []
-    for folder in folders[keep:]:
-        for file in folder.iterdir():
-            with contextlib.suppress(OSError):
-                file.unlink()
-        with contextlib.suppress(OSError):
-            folder.rmdir()
-            deleted.append(folder)
-    return deleted
+    return [folder for folder in folders[keep:] if _delete(folder)]
 
 
 def clear_cache(data_dir: Path) -> int:
@@ -179,7 +231,15 @@ async def as_of_reads(
     """The sequence ``as_of`` names and the read models as of it (from the cache, built on
     first use). The caller closes nothing: the reader lives as long as the process."""
     seq = await sequence_as_of(log, as_of)
+    purges = await purge_count(log)
+    forget_purged_copies(data_dir, log.stream, purges)
     copy = cached_copy(data_dir, log.stream, seq)
+    # Recorded before the build: a purge meanwhile makes the next read build it again.
+    marker = data_dir / CACHE_DIR / f"{encode_token(log.stream)}-{seq}" / PURGES_FILE
+    try:
+        write_private(marker, str(purges))
+    except OSError as error:
+        raise UnavailableError(f"cannot write {marker}: {error}") from None
     await build_as_of(log, copy, seq, progress=progress)
     prune_cache(data_dir)
     return seq, copy.reader(on_damage=_damaged)

@@ -1,6 +1,7 @@
 """``memstream admin purge`` (issue 16, item 5) from the command line, beside a running platform
 in another process: a dry run, the purge, ``projections verify`` still exit 0, and the cached
-``--as-of`` copies (built before the purge, holding what it erased) deleted."""
+``--as-of`` copies (built before the purge, holding what it erased) deleted, in the purging data
+dir at once and in any other data dir (another host's) at its next ``--as-of`` read."""
 
 from __future__ import annotations
 
@@ -40,6 +41,12 @@ async def test_purge_from_the_cli_keeps_verify_green(
         assert ["my secret" in str(m) for m in history] == [True]
         cache = settings.data_dir / "as-of"
         assert any(cache.iterdir())
+        # And one in another data dir (another host's CLI, say), which the purge cannot reach
+        elsewhere = {**env, "MEMSTREAM_DATA_DIR": str(tmp_path / "elsewhere")}
+        history = json_of(elsewhere, "sessions", "history", "doomed", "--as-of", "2")
+        assert ["my secret" in str(m) for m in history] == [True]
+        cached_elsewhere = tmp_path / "elsewhere" / "as-of"
+        (old_copy,) = cached_elsewhere.iterdir()
 
         # Bad input is refused before anything is read, naming the option and the value
         refused = memstream(env, "admin", "purge", "--older-than", "30", expect=1)
@@ -57,6 +64,11 @@ async def test_purge_from_the_cli_keeps_verify_green(
         assert not cache.exists() or not any(cache.iterdir())
         history = json_of(env, "sessions", "history", "doomed", "--as-of", "2")
         assert history == []
+        # The other data dir's copy is found built before the purge at its next read: deleted,
+        # and the read answered from the purged log
+        assert (old_copy / "memstream.db").exists()
+        assert json_of(elsewhere, "sessions", "history", "doomed", "--as-of", "2") == []
+        assert (old_copy / "purges").read_text() == "1"
         again = memstream(env, "admin", "purge", "--older-than", "0s")
         assert "erased 0 events of 0 sessions and 0 profiles" in again.stderr
 
