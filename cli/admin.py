@@ -37,13 +37,15 @@ def purge_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Erase from the stream the events of sessions and profiles deleted longer ago than the
-    grace period (JetStream purge by subject).
+    grace period: each overwritten in nats-server's files (a message delete), then the subjects
+    purged (a purge alone leaves the bytes in the server's files).
 
     A session deleted by a SessionManager goes with its registration and built-in blocks; a
     session written again after its deletion is skipped. The purge is recorded first, as a
     purge.events_purged event of the namespace that names stream sequences and counts only,
     so that every read model drops what it kept of them and `projections verify` still
-    matches. Cached --as-of copies in this data dir are deleted.
+    matches. Cached --as-of copies in this data dir are deleted (other data dirs' at their next
+    --as-of read).
 
     Example: memstream admin purge --older-than 30d --dry-run
     """

@@ -376,6 +376,13 @@ def show_purge(report: PurgeReport) -> None:
         stdout().print(table)
     for skip in report.skipped:
         note(f"skipped session {skip.identifier!r} of {skip.namespace!r}: {skip.reason}")
+    if report.deletes_denied and report.units:
+        note(
+            "warning: this stream denies message deletes (created by an older memstream): "
+            "the purge takes the events out of the stream, but nats-server keeps their bytes "
+            "in its files until their blocks go; to erase them for good, export the stream and "
+            "import it into a new one (memstream events export / events import)"
+        )
     sessions = sum(1 for unit in report.units if unit.kind == "session")
     profiles = len(report.units) - sessions
     events = report.events if report.dry_run else report.erased

@@ -315,7 +315,10 @@ class EventLog:
             storage=api.StorageType.FILE,
             retention=api.RetentionPolicy.LIMITS,
             duplicate_window=DUPLICATE_WINDOW_SECONDS,
-            deny_delete=True,
+            # Message deletes allowed: ``admin purge`` overwrites each erased event with one
+            # (a purge by subject leaves their bytes in the server's files). Who may delete is
+            # for NATS permissions to say ($JS.API.STREAM.MSG.DELETE.<stream>, as for PURGE).
+            deny_delete=False,
             allow_direct=True,
             allow_atomic=True,
             num_replicas=self.replicas,
@@ -339,13 +342,11 @@ class EventLog:
             if not (
                 current.allow_direct
                 and current.allow_atomic
-                and current.deny_delete
                 and (current.duplicate_window or 0) >= DUPLICATE_WINDOW_SECONDS
                 and (current.num_replicas or 1) >= self.replicas
             ):
                 current.allow_direct = True
                 current.allow_atomic = True
-                current.deny_delete = True
                 current.duplicate_window = max(
                     current.duplicate_window or 0, DUPLICATE_WINDOW_SECONDS
                 )

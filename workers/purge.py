@@ -3,8 +3,10 @@ longer ago than a grace period.
 
 Deleting a session or a profile is itself an event: its messages stay on the log, which is what
 makes memory auditable and replayable, and also what a right to erasure must reach. A purge
-erases them for good, with JetStream's purge by subject, once the deletion is older than the
-grace period:
+erases them for good once the deletion is older than the grace period: each event with
+JetStream's message delete, which overwrites it in the server's files, then each subject with a
+purge by subject (which alone would leave the bytes in the server's block files; a stream that
+denies message deletes, as older memstream streams do, gets that alone, and a warning):
 
 - a **session deleted by a SessionManager** (its registry subject ends with
   ``registry.session_deleted``): its registry subject, its session subject and its built-in
@@ -25,6 +27,7 @@ next run erases the subjects (recording them once more, which removes nothing).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -56,6 +59,16 @@ MAX_GRACE: Final = timedelta(days=36_500)
 _SESSION_END: Final = "registry.session_deleted"
 _PROFILE_END: Final = "memory.profile_deleted"
 _BLOCK_END: Final = "context.block_deleted"
+DENIED_DELETES: Final = (
+    "stream %s denies message deletes (created by an older memstream): the purge takes the "
+    "events out of the stream, but nats-server keeps their bytes in its files until their "
+    "blocks go; to erase them for good, export the stream and import it into a new one "
+    "(memstream events export / events import)"
+)
+# JetStream's answer to a message delete of a sequence it no longer holds (nats-server 2.15:
+# err_code 10057, "message delete failed", with this description).
+_DELETE_FAILED: Final = 10057
+_NO_MESSAGE_FOUND: Final = "no message found"
 
 
 def parse_duration(text: str, option: str = "--older-than") -> timedelta:
@@ -126,6 +139,10 @@ class PurgeReport:
     skipped: list[Skipped] = field(default_factory=list)
     erased: int = 0  # events JetStream reported purged
     records: list[int] = field(default_factory=list)  # sequences of the purge events
+    # Of those, the events overwritten in the server's files (each deleted on its own first);
+    # 0 on a stream that denies message deletes (:data:`DENIED_DELETES`).
+    overwritten: int = 0
+    deletes_denied: bool = False
 
     @property
     def subjects(self) -> int:
@@ -145,6 +162,8 @@ class PurgeReport:
             "subjects": self.subjects,
             "events": self.events,
             "erased": self.erased,
+            "overwritten": self.overwritten,
+            "deletes_denied": self.deletes_denied,
             "records": self.records,
             "purged": [unit.as_json() for unit in self.units],
             "skipped": [skip.as_json() for skip in self.skipped],
@@ -213,8 +232,11 @@ async def purge(
     """
     report = await plan_purge(log, older_than, now=now)
     report.dry_run = dry_run
+    report.deletes_denied = await _denies_deletes(log)
     if dry_run or not report.units:
         return report
+    if report.deletes_denied:
+        logger.warning(DENIED_DELETES, log.stream)
     # One command per record (a command id is a message id: JetStream would take a second
     # record with the same one for a duplicate), correlated by the run's.
     run = meta or CommandMeta()
@@ -237,7 +259,15 @@ async def purge(
             erased = 0
             for unit in chunk:
                 for erased_subject, last_seq, _ in unit.subjects:
-                    erased += await _purge_subject(log, erased_subject, last_seq)
+                    # Overwritten one by one (where the stream allows it), then purged: the
+                    # purge alone would leave their bytes in the server's files.
+                    overwritten = (
+                        0
+                        if report.deletes_denied
+                        else await _erase_events(log, erased_subject, last_seq)
+                    )
+                    report.overwritten += overwritten
+                    erased += overwritten + await _purge_subject(log, erased_subject, last_seq)
             report.erased += erased
             # Counts only: what was erased is named nowhere once it is gone.
             logger.info(
@@ -384,19 +414,83 @@ async def _count(log: EventLog, subject: str) -> int:
     return sum(int(count) for count in (info.state.subjects or {}).values())
 
 
-async def _purge_subject(log: EventLog, subject: str, last_seq: int) -> int:
-    """Purge ``subject``'s events up to ``last_seq``; how many JetStream erased."""
-    request = json.dumps({"filter": await log.stored(subject), "seq": last_seq + 1}).encode()
+async def _denies_deletes(log: EventLog) -> bool:
+    """Whether the stream denies message deletes (as memstream's streams did before their
+    purges overwrote what they erase; a stream keeps it for good)."""
     try:
-        reply = await log.client.request(
-            f"$JS.API.STREAM.PURGE.{log.stream}", request, timeout=log.timeout
-        )
+        info = await log.js.stream_info(log.stream)
     except TRANSIENT_ERRORS as error:
-        raise UnavailableError(f"cannot purge {log.stream!r}: {error!r}") from error
-    answer = json.loads(reply.data)
+        raise UnavailableError(f"cannot read stream {log.stream!r}: {error!r}") from error
+    return bool(info.config.deny_delete)
+
+
+async def _purge_subject(log: EventLog, subject: str, last_seq: int) -> int:
+    """Purge ``subject``'s events up to ``last_seq`` (those :func:`_erase_events` did not
+    delete: all of them on a stream that denies deletes); how many JetStream purged."""
+    request = {"filter": await log.stored(subject), "seq": last_seq + 1}
+    answer = await _api(log, "PURGE", request, "purge")
     if "error" in answer:
         raise UnavailableError(f"JetStream refused to purge {log.stream!r}: {answer['error']}")
     return int(answer.get("purged", 0))
+
+
+async def _api(log: EventLog, verb: str, request: dict[str, Any], doing: str) -> dict[str, Any]:
+    """The JetStream API's answer to ``$JS.API.STREAM.<verb>.<stream>`` with ``request``.
+
+    Raises:
+        UnavailableError: NATS did not answer in time.
+    """
+    try:
+        reply = await log.client.request(
+            f"$JS.API.STREAM.{verb}.{log.stream}",
+            json.dumps(request).encode(),
+            timeout=log.timeout,
+        )
+    except TRANSIENT_ERRORS as error:
+        raise UnavailableError(f"cannot {doing} {log.stream!r}: {error!r}") from error
+    answer: dict[str, Any] = json.loads(reply.data)
+    return answer
+
+
+# Message deletes in flight at once (each is a request to the stream's leader).
+ERASE_WINDOW: Final = 64
+
+
+async def _erase_events(log: EventLog, subject: str, last_seq: int) -> int:
+    """Delete each of ``subject``'s events up to ``last_seq`` with JetStream's message delete,
+    which overwrites the message where the server stores it; how many were deleted (one gone
+    already, by an earlier run, is not counted).
+
+    A purge by subject only drops events from the stream's index: their bytes stay in the
+    server's block files until the whole block goes (seen with nats-server 2.15: with 80% of
+    a block's events purged, every purged payload still in the file, after a restart too).
+    """
+    sequences = [entry.seq async for entry in log.read_subject(subject) if entry.seq <= last_seq]
+    erased = 0
+    for start in range(0, len(sequences), ERASE_WINDOW):
+        window = sequences[start : start + ERASE_WINDOW]
+        results = await asyncio.gather(
+            *(_erase_one(log, seq) for seq in window), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+            erased += result
+    return erased
+
+
+async def _erase_one(log: EventLog, seq: int) -> int:
+    # (no "no_erase" in the request: the server overwrites the message)
+    answer = await _api(log, "MSG.DELETE", {"seq": seq}, "erase from")
+    refusal = answer.get("error")
+    if refusal:
+        if (
+            refusal.get("err_code") == _DELETE_FAILED
+            and refusal.get("description") == _NO_MESSAGE_FOUND
+        ):
+            return 0  # gone already (a purge that stopped halfway, run again)
+        raise UnavailableError(f"JetStream refused to erase from {log.stream!r}: {refusal}")
+    return 1 if answer.get("success") else 0
 
 
 __all__ = [

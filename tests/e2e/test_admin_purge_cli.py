@@ -60,6 +60,8 @@ async def test_purge_from_the_cli_keeps_verify_green(
 
         done = json_of(env, "admin", "purge", "--older-than", "0s")
         assert done["erased"] == plan["events"] > 0
+        assert done["overwritten"] == done["erased"]  # each in the server's files too
+        assert done["deletes_denied"] is False
         assert done["records"] == [int(as_of) + 1]
         assert not cache.exists() or not any(cache.iterdir())
         history = json_of(env, "sessions", "history", "doomed", "--as-of", "2")

@@ -4,15 +4,19 @@ without personal data, and every read model still equals one rebuilt from the pu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
+from nats.js import api
 from support.messages import msg
 from support.read_models import EMBEDDED_VERIFIED
 
@@ -52,6 +56,25 @@ async def verified(ms: Memstream) -> None:
     assert all(r.ok for r in results), [r for r in results if not r.ok]
 
 
+async def stored_anywhere(store: Path, needles: list[bytes], settle: float = 5.0) -> list[str]:
+    """The files of a nats-server store dir that hold any of ``needles`` (the server writes
+    its block files asynchronously: polled for up to ``settle`` seconds until none does)."""
+    deadline = time.monotonic() + settle
+    while True:
+        found = await asyncio.to_thread(_files_holding, store, needles)
+        if not found or time.monotonic() >= deadline:
+            return found
+        await asyncio.sleep(0.1)
+
+
+def _files_holding(store: Path, needles: list[bytes]) -> list[str]:
+    return [
+        str(path.relative_to(store))
+        for path in store.rglob("*")
+        if path.is_file() and any(n in path.read_bytes() for n in needles)
+    ]
+
+
 def totals(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     """The stats rows summed per (model, source)."""
     sums: dict[tuple[str, str], dict[str, Any]] = {}
@@ -66,7 +89,7 @@ def totals(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 async def test_purge_erases_deleted_sessions_and_profiles_and_verify_holds(
-    ms: Memstream,
+    ms: Memstream, tmp_path: Path
 ) -> None:
     manager = ms.session_manager().with_context("memory", description="Facts").with_cached_prompt()
     doomed = (await manager.create("Doomed", model="gpt-x", source="cli"))["id"]
@@ -115,6 +138,10 @@ async def test_purge_erases_deleted_sessions_and_profiles_and_verify_holds(
     assert "secret" not in stream
     assert "passport" not in stream
     assert "likes tea" not in stream
+    # And not only from the stream's index: from the server's files (a purge by subject alone
+    # leaves the bytes in the store's block files)
+    assert await stored_anywhere(tmp_path / "nats-store", [b"a secret plan", b"X123"]) == []
+    assert await stored_anywhere(tmp_path / "nats-store", [b"an ordinary day"]) != []
     # The purge is recorded with sequences and counts only
     (record,) = await subject_events(ms, "purge", "log")
     payload = json.loads(record.payload)
@@ -208,6 +235,7 @@ async def test_a_purge_that_stops_after_its_record_is_finished_by_the_next(
         raise UnavailableError("NATS went away")
 
     # When the process loses NATS after recording the purge, before erasing anything
+    monkeypatch.setattr(purge_module, "_erase_events", lost)
     monkeypatch.setattr(purge_module, "_purge_subject", lost)
     with pytest.raises(UnavailableError):
         await purge(ms.log, "0s")
@@ -277,6 +305,7 @@ async def test_an_import_renumbers_what_purge_records_name(
     async def lost(*_: object) -> int:
         raise UnavailableError("NATS went away")
 
+    monkeypatch.setattr(purge_module, "_erase_events", lost)
     monkeypatch.setattr(purge_module, "_purge_subject", lost)
     with pytest.raises(UnavailableError):
         await purge(ms.log, "0s")
@@ -310,3 +339,49 @@ async def test_an_import_renumbers_what_purge_records_name(
         assert [json.loads(r.payload)["sequences"] for r in records] == [[], []]
         await settled(third)
         await verified(third)
+
+
+async def test_a_stream_that_denies_deletes_is_purged_and_says_what_stays_on_disk(
+    settings: Settings, nats_server: NatsServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a stream created by an older memstream, which denied message deletes (a stream
+    # keeps that for good)
+    client = await nats.connect(nats_server.url)
+    try:
+        await client.jetstream().add_stream(
+            api.StreamConfig(name=settings.stream, subjects=["ms.>"], deny_delete=True)
+        )
+    finally:
+        await client.close()
+    ms = await open_memstream(settings, workers=True)
+    try:
+        manager = ms.session_manager()
+        doomed = (await manager.create("Doomed"))["id"]
+        await manager.append(doomed, msg("m0", "a secret"))
+        await manager.delete(doomed)
+        await settled(ms)
+        # When it is purged
+        report = await purge(ms.log, "0s")
+        # Then the events leave the stream, and the report and the log say that their bytes
+        # were not overwritten, and how to erase them for good
+        assert [u.identifier for u in report.units] == [doomed]
+        assert report.erased == report.events > 0
+        assert report.deletes_denied
+        assert report.overwritten == 0
+        assert report.as_json()["deletes_denied"] is True
+        assert await subject_events(ms, "session", doomed) == []
+        assert "denies message deletes" in caplog.text
+        assert "events export" in caplog.text
+        await settled(ms)
+        await verified(ms)
+    finally:
+        await ms.close()
+
+
+async def test_an_event_erased_already_is_not_counted_again(ms: Memstream) -> None:
+    await ms.session("s").append_message(msg("m0", "gone"))
+    seq = ms.last_write_seq
+    assert await purge_module._erase_one(ms.log, seq) == 1
+    assert await purge_module._erase_one(ms.log, seq) == 0  # (a purge run again)
+    with pytest.raises(UnavailableError, match="refused to erase"):
+        await purge_module._erase_one(ms.log, seq + 1000)  # past the stream's end
