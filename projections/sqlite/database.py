@@ -608,6 +608,10 @@ def _open_checked(path: Path, quick_check_limit: int) -> ReadModelConnection:
             connection.execute("PRAGMA synchronous = NORMAL")
             connection.execute("PRAGMA temp_store = MEMORY")
             connection.execute("PRAGMA cache_size = -65536")
+            # Deleted rows are overwritten with zeros in the file, not left in free pages: a
+            # purge or a delete must not leave personal data behind (Debian's SQLite has this
+            # on by default, others do not).
+            connection.execute("PRAGMA secure_delete = ON")
             foreign = _foreign(connection)
             if foreign is None and 0 <= os.stat(path).st_size <= quick_check_limit:
                 foreign = _quick_check(connection)
