@@ -8,8 +8,15 @@ import typer
 
 from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import emit_json, show_purge
+from memstream.domain.errors import InvalidInputError
 from memstream.workers.codec import CommandMeta
-from memstream.workers.purge import PurgeReport, parse_duration, purge
+from memstream.workers.purge import (
+    COPIES_WAIT,
+    MAX_COPIES_WAIT,
+    PurgeReport,
+    parse_duration,
+    purge,
+)
 from memstream.workers.time_travel import clear_cache
 
 app = typer.Typer(
@@ -34,6 +41,14 @@ def purge_command(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would be erased; change nothing.")
     ] = False,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            help="Seconds to wait for every read-model copy's projectors to pass the last event "
+            "to be erased (0-600); copies still behind are named.",
+        ),
+    ] = COPIES_WAIT,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Erase from the stream the events of sessions and profiles deleted longer ago than the
@@ -51,11 +66,15 @@ def purge_command(
     """
     settings = settings_of(ctx)
     parse_duration(older_than)
+    if not 0 <= wait <= MAX_COPIES_WAIT:  # (NaN fails too)
+        raise InvalidInputError(
+            f"--wait {wait!r} must be between 0 and {MAX_COPIES_WAIT:g} seconds"
+        )
 
     async def main() -> PurgeReport:
         async with connected(settings, workers=False) as ms:
             return await purge(
-                ms.log, older_than, meta=CommandMeta(actor=ms.actor), dry_run=dry_run
+                ms.log, older_than, meta=CommandMeta(actor=ms.actor), dry_run=dry_run, wait=wait
             )
 
     report = run(main())

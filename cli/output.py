@@ -376,6 +376,14 @@ def show_purge(report: PurgeReport) -> None:
         stdout().print(table)
     for skip in report.skipped:
         note(f"skipped session {skip.identifier!r} of {skip.namespace!r}: {skip.reason}")
+    for copy in report.copies_behind:
+        note(
+            f"warning: read-model copy {copy.copy_id} ({', '.join(copy.consumers)}) has applied "
+            f"the stream up to {copy.ack_floor}, before the events "
+            + ("to be erased: it would keep" if report.dry_run else "erased: it keeps")
+            + " what it held of them until it is rebuilt (memstream projections rebuild) or "
+            "forgotten (memstream projections forget-copy)"
+        )
     if report.deletes_denied and report.units:
         note(
             "warning: this stream denies message deletes (created by an older memstream): "

@@ -31,6 +31,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -48,6 +49,7 @@ from memstream.workers.codec import CommandMeta, new_command_id
 from memstream.workers.event_contract import utc_time
 from memstream.workers.event_log import TRANSIENT_ERRORS, EventLog
 from memstream.workers.pull import Puller
+from memstream.workers.status import CopyStatus, consumer_statuses, copy_statuses
 from memstream.workers.subjects import parse_subject, subject_for
 
 logger = logging.getLogger(__name__)
@@ -59,6 +61,15 @@ MAX_GRACE: Final = timedelta(days=36_500)
 _SESSION_END: Final = "registry.session_deleted"
 _PROFILE_END: Final = "memory.profile_deleted"
 _BLOCK_END: Final = "context.block_deleted"
+# How long a purge waits for read-model copies to pass the last event it erases.
+COPIES_WAIT: Final = 10.0
+MAX_COPIES_WAIT: Final = 600.0
+COPY_BEHIND: Final = (
+    "read-model copy %s has applied the stream up to %d, before the last erased event %d: it "
+    "keeps what it held of the purged sessions and profiles until it is rebuilt (memstream "
+    "projections rebuild, with its data dir or database), or forgotten if it is gone for good "
+    "(memstream projections forget-copy)"
+)
 DENIED_DELETES: Final = (
     "stream %s denies message deletes (created by an older memstream): the purge takes the "
     "events out of the stream, but nats-server keeps their bytes in its files until their "
@@ -143,6 +154,10 @@ class PurgeReport:
     # 0 on a stream that denies message deletes (:data:`DENIED_DELETES`).
     overwritten: int = 0
     deletes_denied: bool = False
+    # Read-model copies whose projectors had not applied every event up to the last one to be
+    # erased when the purge went on (see COPIES_WAIT): they keep what they had of the purged
+    # sessions and profiles until they are rebuilt.
+    copies_behind: list[CopyStatus] = field(default_factory=list)
 
     @property
     def subjects(self) -> int:
@@ -164,6 +179,10 @@ class PurgeReport:
             "erased": self.erased,
             "overwritten": self.overwritten,
             "deletes_denied": self.deletes_denied,
+            "copies_behind": [
+                {"copy": c.copy_id, "consumers": c.consumers, "ack_floor": c.ack_floor}
+                for c in self.copies_behind
+            ],
             "records": self.records,
             "purged": [unit.as_json() for unit in self.units],
             "skipped": [skip.as_json() for skip in self.skipped],
@@ -221,10 +240,16 @@ async def purge(
     meta: CommandMeta | None = None,
     dry_run: bool = False,
     now: datetime | None = None,
+    wait: float = COPIES_WAIT,
 ) -> PurgeReport:
     """Erase the events of sessions and profiles deleted longer ago than ``older_than``: per
     namespace, record a ``purge.events_purged`` event, then purge each subject up to its last
     event (an event appended after the plan was made stays).
+
+    First it waits up to ``wait`` seconds for every read-model copy's projectors (their
+    durable consumers) to pass the last event to be erased; those still behind are reported
+    (:attr:`PurgeReport.copies_behind`) and logged: they keep what they held of the purged
+    sessions and profiles until rebuilt.
 
     Raises:
         InvalidInputError: ``older_than`` is not a duration.
@@ -233,8 +258,16 @@ async def purge(
     report = await plan_purge(log, older_than, now=now)
     report.dry_run = dry_run
     report.deletes_denied = await _denies_deletes(log)
-    if dry_run or not report.units:
+    if not report.units:
         return report
+    # A copy whose projector has not seen the deletions yet never will once they are erased:
+    # the purge record would not name anything it holds. Wait a while for it.
+    last = max(seq for unit in report.units for _, seq, _ in unit.subjects)
+    report.copies_behind = await _copies_behind(log, last, 0.0 if dry_run else wait)
+    if dry_run:
+        return report
+    for copy in report.copies_behind:
+        logger.warning(COPY_BEHIND, copy.copy_id, copy.ack_floor, last)
     if report.deletes_denied:
         logger.warning(DENIED_DELETES, log.stream)
     # One command per record (a command id is a message id: JetStream would take a second
@@ -412,6 +445,21 @@ async def _count(log: EventLog, subject: str) -> int:
     except TRANSIENT_ERRORS as error:
         raise UnavailableError(f"cannot read stream {log.stream!r}: {error!r}") from error
     return sum(int(count) for count in (info.state.subjects or {}).values())
+
+
+async def _copies_behind(log: EventLog, seq: int, wait: float) -> list[CopyStatus]:
+    """The read-model copies whose projectors have not acknowledged the stream up to ``seq``,
+    after waiting up to ``wait`` seconds for them."""
+    deadline = time.monotonic() + wait
+    while True:
+        copies = copy_statuses(await consumer_statuses(log), await log.stream_last_seq())
+        behind = [copy for copy in copies if copy.ack_floor < seq]
+        if not behind or time.monotonic() >= deadline:
+            return behind
+        await asyncio.sleep(COPIES_POLL)
+
+
+COPIES_POLL: Final = 0.2
 
 
 async def _denies_deletes(log: EventLog) -> bool:

@@ -51,6 +51,11 @@ async def test_purge_from_the_cli_keeps_verify_green(
         # Bad input is refused before anything is read, naming the option and the value
         refused = memstream(env, "admin", "purge", "--older-than", "30", expect=1)
         assert "--older-than '30' is not a duration" in refused.stderr
+        for wait in ("-1", "601", "nan"):
+            refused = memstream(
+                env, "admin", "purge", "--older-than", "0s", "--wait", wait, expect=1
+            )
+            assert f"--wait {float(wait)!r} must be between 0 and 600" in refused.stderr
 
         plan = json_of(env, "admin", "purge", "--older-than", "0s", "--dry-run")
         assert plan["dry_run"] is True

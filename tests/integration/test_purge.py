@@ -386,3 +386,40 @@ async def test_an_event_erased_already_is_not_counted_again(ms: Memstream) -> No
     assert await purge_module._erase_one(ms.log, seq) == 0  # (a purge run again)
     with pytest.raises(UnavailableError, match="refused to erase"):
         await purge_module._erase_one(ms.log, seq + 1000)  # past the stream's end
+
+
+async def test_a_copy_behind_the_erasure_is_waited_for_then_named(
+    ms: Memstream, settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a second read-model copy (another data dir) whose projector ran, then stopped
+    other = await open_memstream(
+        replace(settings, data_dir=tmp_path / "other", database_url=None), workers=True
+    )
+    try:
+        await other.session("early").append_message(msg("e0", "early"))
+        await other.wait_for("sessions")
+        await other.workers_bound()
+        other_id = other.copy_id
+    finally:
+        await other.close()
+    # And a session deleted after it stopped, which that copy has not seen deleted
+    manager = ms.session_manager()
+    doomed = (await manager.create("Doomed"))["id"]
+    await manager.append(doomed, msg("m0", "a secret"))
+    await manager.delete(doomed)
+    await settled(ms)
+    # When a dry run plans the purge, it names that copy at once
+    started = time.monotonic()
+    plan = await purge(ms.log, "0s", dry_run=True, wait=5.0)
+    assert time.monotonic() - started < 2.0  # (a dry run does not wait)
+    assert [c.copy_id for c in plan.copies_behind] == [other_id]
+    # And the purge waits for it for as long as it is told, then goes on and names it
+    started = time.monotonic()
+    report = await purge(ms.log, "0s", wait=0.5)
+    assert time.monotonic() - started >= 0.5
+    assert [u.identifier for u in report.units] == [doomed]
+    assert [c.copy_id for c in report.copies_behind] == [other_id]
+    assert report.as_json()["copies_behind"][0]["copy"] == other_id
+    assert f"read-model copy {other_id} has applied the stream up to" in caplog.text
+    # While this process's own copy, caught up, was not named
+    assert ms.copy_id not in [c.copy_id for c in report.copies_behind]
