@@ -64,6 +64,7 @@ _BLOCK_END: Final = "context.block_deleted"
 # How long a purge waits for read-model copies to pass the last event it erases.
 COPIES_WAIT: Final = 10.0
 MAX_COPIES_WAIT: Final = 600.0
+COPIES_POLL: Final = 0.2
 COPY_BEHIND: Final = (
     "read-model copy %s has applied the stream up to %d, before the last erased event %d: it "
     "keeps what it held of the purged sessions and profiles until it is rebuilt (memstream "
@@ -457,9 +458,6 @@ async def _copies_behind(log: EventLog, seq: int, wait: float) -> list[CopyStatu
         if not behind or time.monotonic() >= deadline:
             return behind
         await asyncio.sleep(COPIES_POLL)
-
-
-COPIES_POLL: Final = 0.2
 
 
 async def _denies_deletes(log: EventLog) -> bool:
