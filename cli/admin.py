@@ -8,12 +8,11 @@ import typer
 
 from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import emit_json, show_purge
-from memstream.domain.errors import InvalidInputError
 from memstream.workers.codec import CommandMeta
 from memstream.workers.purge import (
     COPIES_WAIT,
-    MAX_COPIES_WAIT,
     PurgeReport,
+    check_wait,
     parse_duration,
     purge,
 )
@@ -66,10 +65,7 @@ def purge_command(
     """
     settings = settings_of(ctx)
     parse_duration(older_than)
-    if not 0 <= wait <= MAX_COPIES_WAIT:  # (NaN fails too)
-        raise InvalidInputError(
-            f"--wait {wait!r} must be between 0 and {MAX_COPIES_WAIT:g} seconds"
-        )
+    check_wait(wait)
 
     async def main() -> PurgeReport:
         async with connected(settings, workers=False) as ms:

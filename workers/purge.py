@@ -83,6 +83,20 @@ _DELETE_FAILED: Final = 10057
 _NO_MESSAGE_FOUND: Final = "no message found"
 
 
+def check_wait(wait: float) -> float:
+    """``wait`` (seconds to wait for copies behind the erasure), checked: 0 to
+    :data:`MAX_COPIES_WAIT`.
+
+    Raises:
+        InvalidInputError: out of range, or not a number.
+    """
+    if not 0 <= wait <= MAX_COPIES_WAIT:  # (NaN fails too)
+        raise InvalidInputError(
+            f"--wait {wait!r} must be between 0 and {MAX_COPIES_WAIT:g} seconds"
+        )
+    return wait
+
+
 def parse_duration(text: str, option: str = "--older-than") -> timedelta:
     """A grace period such as ``30d``, ``12h``, ``1d12h`` or ``0s``.
 
@@ -253,9 +267,10 @@ async def purge(
     sessions and profiles until rebuilt.
 
     Raises:
-        InvalidInputError: ``older_than`` is not a duration.
+        InvalidInputError: ``older_than`` is not a duration, or ``wait`` is out of range.
         UnavailableError: NATS did not answer in time.
     """
+    check_wait(wait)
     report = await plan_purge(log, older_than, now=now)
     report.dry_run = dry_run
     report.deletes_denied = await _denies_deletes(log)

@@ -21,7 +21,7 @@ from support.messages import msg
 from support.read_models import EMBEDDED_VERIFIED
 
 from memstream.client import Memstream, open_memstream
-from memstream.domain.errors import UnavailableError
+from memstream.domain.errors import InvalidInputError, UnavailableError
 from memstream.settings import Settings
 from memstream.workers import purge as purge_module
 from memstream.workers.audit import EventQuery, read_events
@@ -423,3 +423,13 @@ async def test_a_copy_behind_the_erasure_is_waited_for_then_named(
     assert f"read-model copy {other_id} has applied the stream up to" in caplog.text
     # While this process's own copy, caught up, was not named
     assert ms.copy_id not in [c.copy_id for c in report.copies_behind]
+
+
+@pytest.mark.parametrize("wait", [-1.0, 600.5, float("nan"), float("inf")])
+async def test_a_wait_out_of_range_is_refused_before_anything_is_read(
+    ms: Memstream, wait: float
+) -> None:
+    last = await ms.log.stream_last_seq()
+    with pytest.raises(InvalidInputError, match=r"--wait .* must be between 0 and 600 seconds"):
+        await purge(ms.log, "0s", wait=wait)
+    assert await ms.log.stream_last_seq() == last
