@@ -708,6 +708,10 @@ class ReadModelStore(Protocol):
 
     def dead_letters(self) -> list[dict[str, object]]: ...
 
+    def forget_dead_letters(self, letters: Sequence[tuple[str, int]]) -> int:
+        """Delete the dead letters ``(projection, seq)`` (the events were erased from the log:
+        nothing of them may stay); how many there were."""
+
     def checksum(self, projection: str) -> str:
         """A digest of ``projection``'s whole content, equal for equal content."""
 

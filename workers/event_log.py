@@ -584,6 +584,20 @@ class EventLog:
             raise UnavailableError(f"cannot read {subject} from NATS: {error!r}") from error
         return int(message.seq or 0)
 
+    async def holds(self, seq: int) -> bool:
+        """Whether the stream still holds the event at ``seq`` (not erased or purged).
+
+        Raises:
+            UnavailableError: NATS did not answer within the timeout, or refused the request.
+        """
+        try:
+            await self.js.get_msg(self.stream, seq)
+        except nats.js.errors.NotFoundError:
+            return False
+        except _TRANSIENT as error:
+            raise UnavailableError(f"cannot read sequence {seq} from NATS: {error!r}") from error
+        return True
+
     async def read_batch(
         self, filter_subject: str, start_seq: int, batch: int = 1000
     ) -> tuple[list[LogEntry], int]:

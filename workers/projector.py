@@ -42,6 +42,7 @@ from memstream.projections.ports import (
     run_to_end,
     step,
 )
+from memstream.workers.dead_letters import erased_dead_letters, is_purge_record, purged_sequences
 from memstream.workers.event_log import EventLog, LogEntry
 from memstream.workers.position import Demand, wanted_by
 from memstream.workers.pull import Puller, stream_sequence
@@ -87,6 +88,8 @@ REUSE_BEHIND = 4096
 # readers elsewhere wait for the commit).
 GROUP_SECONDS = 0.005
 GROUP_EVENTS = 64
+# How long forgetting the dead letters of erased events waits for own events held meanwhile.
+FORGET_WAIT = 1.0
 # A batch "waiting for" this refuses every writer's hold (see ProjectorWorker.hold_own).
 _NO_HOLDS = 2**63 - 1
 
@@ -750,6 +753,15 @@ class ProjectorWorker:
                     self._committed = self._durable = seq
                     if self.on_commit:
                         self.on_commit(seq)
+                # Also when its events were applied already (for a reader here): a delivery
+                # that is redelivered after a crash comes here again.
+                purges = [
+                    LogEntry(stream_sequence(m), m.subject, m.data, dict(m.headers or {}))
+                    for m in msgs
+                    if is_purge_record(m.subject)
+                ]
+                if purges:
+                    await self._forget_erased_dead_letters(purges)
             finally:
                 self._waiting_for = 0
                 self._batch_done = None
@@ -761,6 +773,36 @@ class ProjectorWorker:
                 or time.monotonic() - self._acked_at >= ACK_INTERVAL
             ):
                 await self._ack_pending()
+
+    async def _forget_erased_dead_letters(self, purges: Sequence[LogEntry]) -> None:
+        """Delete this copy's dead letters of the events ``purges`` (purge records, applied)
+        erase (see :mod:`~memstream.workers.dead_letters`), with the store to itself: no own
+        events held or open meanwhile. A failure is logged: the letters stay until the next
+        purge record, or a rebuild."""
+        try:
+            letters = await erased_dead_letters(self.log, self.store, purged_sequences(purges))
+            if not letters:
+                return
+            deadline = time.monotonic() + FORGET_WAIT
+            while not self.flush() or self._held is not None or self._group is not None:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError("own events were held for too long")
+                await asyncio.sleep(GROUP_SECONDS)
+            self._applying = True  # nothing is held or applied here meanwhile
+            try:
+                forgotten = await asyncio.to_thread(self.store.forget_dead_letters, letters)
+            finally:
+                self._applying = False
+        except Exception:
+            logger.warning(
+                "projector %s: the dead letters of events a purge erased are kept for now",
+                self.durable,
+                exc_info=True,
+            )
+            return
+        logger.info(
+            "projector %s: forgot %d dead letters of erased events", self.durable, forgotten
+        )
 
     async def _linger(self, fetch: Any, room: int) -> list[Msg]:
         """Gather more of a burst before committing, unless a reader is waiting.

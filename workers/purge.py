@@ -19,7 +19,9 @@ denies message deletes, as older memstream streams do, gets that alone, and a wa
 Before it erases anything the purge records a ``purge.events_purged`` event per namespace
 (:mod:`memstream.domain.purge_log`) naming the stream sequences of the erased subjects' last
 events, and no personal data: projections remove what they still keep of those aggregates, so
-that every read model equals one rebuilt from the purged log (``projections verify``). The
+that every read model equals one rebuilt from the purged log (``projections verify``), and the
+workers that apply it forget their copies' dead letters of the erased events
+(:mod:`memstream.workers.dead_letters`). The
 event comes first: a purge that stops between it and the erasure left read models that a
 rebuild (which replays the still present events, then the purge event) gives again, and the
 next run erases the subjects (recording them once more, which removes nothing).

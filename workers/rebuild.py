@@ -24,6 +24,7 @@ from memstream.projections.ports import (
     TrackingRows,
     select_projections,
 )
+from memstream.workers.dead_letters import forget_erased_dead_letters
 from memstream.workers.event_log import TRANSIENT_ERRORS, EventLog, LogEntry
 from memstream.workers.projector import consumed_subjects, projector_consumer
 from memstream.workers.pull import Puller, stream_sequence
@@ -97,6 +98,7 @@ async def catch_up(
             ]
             if entries:
                 await asyncio.to_thread(_apply_like_projector, store, entries, stats)
+                await forget_erased_dead_letters(log, store, entries)
             reached = max(reached, delivered[-1][0]) if delivered else reached
             if progress:
                 progress(min(reached, until), until)

@@ -272,6 +272,20 @@ class PostgresReadModelStore:
         names = [c.name for c in cursor.description or ()]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
+    def forget_dead_letters(self, letters: Sequence[tuple[str, int]]) -> int:
+        if not letters:
+            return 0
+        try:
+            with self.connection.transaction(), self.connection.cursor() as cursor:
+                cursor.execute(
+                    "DELETE FROM dead_letters AS d USING unnest(%s::text[], %s::bigint[]) "
+                    "AS f (projection, seq) WHERE d.projection = f.projection AND d.seq = f.seq",
+                    ([p for p, _ in letters], [s for _, s in letters]),
+                )
+                return cursor.rowcount
+        except psycopg.OperationalError as error:
+            raise self._unavailable(error) from None
+
     def close(self) -> None:
         self.connection.close()
 

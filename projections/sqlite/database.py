@@ -888,6 +888,25 @@ def dead_letters(connection: sqlite3.Connection) -> list[dict[str, object]]:
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
+def forget_dead_letters(connection: sqlite3.Connection, letters: Sequence[tuple[str, int]]) -> int:
+    """Delete the dead letters ``(projection, seq)`` in a transaction of their own; how many
+    there were."""
+    if not letters:
+        return 0
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        before = connection.total_changes
+        connection.executemany(
+            "DELETE FROM dead_letters WHERE projection = ? AND seq = ?", list(letters)
+        )
+        forgotten = connection.total_changes - before
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    return forgotten
+
+
 def drop_projection(connection: sqlite3.Connection, projection: str) -> None:
     """Empty a projection's tables and reset its tracking (for a rebuild from the log)."""
     connection.execute("BEGIN IMMEDIATE")

@@ -56,6 +56,7 @@ from memstream.projections.sqlite.database import (
     dead_letters,
     drop_projection,
     file_replaced,
+    forget_dead_letters,
     open_database,
     renew_changed_projections,
     renew_vectors_of_other_models,
@@ -218,6 +219,10 @@ class SqliteReadModelStore:
     def dead_letters(self) -> list[dict[str, object]]:
         with damage_translated():
             return dead_letters(self.connection)
+
+    def forget_dead_letters(self, letters: Sequence[tuple[str, int]]) -> int:
+        with damage_translated():
+            return forget_dead_letters(self.connection, letters)
 
     def checksum(self, projection: str) -> str:
         with damage_translated():

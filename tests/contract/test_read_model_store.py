@@ -196,6 +196,27 @@ class ReadModelStoreContract:
         assert [d["seq"] for d in store.dead_letters()] == [2] * len(PROJECTOR_PROJECTIONS)
         assert (stats.applied, stats.dead_lettered) == (2, len(PROJECTOR_PROJECTIONS))
 
+    def test_named_dead_letters_are_forgotten_and_the_others_kept(
+        self, store: ReadModelStore, reader: ReadModels
+    ) -> None:
+        # Given dead letters of two events (m2 and m4) for every projection
+        log = RecordedLog()
+        entries = _conversation(log, count=4)
+        broken = [_Undecodable(*_fields(entries[i : i + 1])) for i in (1, 3)]
+        store.apply([entries[0], broken[0], entries[2], broken[1]], ProjectorStats())
+        count = len(PROJECTOR_PROJECTIONS)
+        assert sorted(d["seq"] for d in store.dead_letters()) == [2] * count + [4] * count
+        # When those of m2 are forgotten (with a projection it has no letter of, and an unknown
+        # sequence, which are no error)
+        named = [(name, 2) for name in PROJECTOR_PROJECTIONS]
+        assert store.forget_dead_letters([*named, ("sessions", 99)]) == len(named)
+        # Then only m4's are left, for the store and its readers; nothing more to forget
+        assert [d["seq"] for d in store.dead_letters()] == [4] * count
+        assert reader.dead_letters() == store.dead_letters()
+        assert store.forget_dead_letters(named) == 0
+        assert store.forget_dead_letters([]) == 0
+        assert store.positions() == dict.fromkeys(PROJECTOR_PROJECTIONS, 4)
+
     def test_closing_the_steps_of_a_batch_rolls_it_back(
         self, store: ReadModelStore, reader: ReadModels
     ) -> None:

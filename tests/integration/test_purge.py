@@ -22,6 +22,7 @@ from support.read_models import EMBEDDED_VERIFIED
 
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import InvalidInputError, UnavailableError
+from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
 from memstream.workers import purge as purge_module
 from memstream.workers.audit import EventQuery, read_events
@@ -29,7 +30,8 @@ from memstream.workers.codec import CommandMeta
 from memstream.workers.event_transfer import import_events
 from memstream.workers.nats_server import NatsServerProcess
 from memstream.workers.purge import plan_purge, purge
-from memstream.workers.rebuild import verify
+from memstream.workers.rebuild import rebuild, verify
+from memstream.workers.subjects import logical_subject
 
 pytestmark = pytest.mark.both_backends
 
@@ -175,6 +177,89 @@ async def test_purge_erases_deleted_sessions_and_profiles_and_verify_holds(
     assert [m["id"] for m in await ms.session(doomed).get_history()] == ["n0"]
     await settled(ms)
     await verified(ms)
+
+
+async def erased_letters_gone(ms: Memstream, kept: set[str], settle: float = 10.0) -> set[str]:
+    """The subjects of the copy's dead letters, once only ``kept`` ones are left (the workers
+    forget the others as they apply the purge record: polled for up to ``settle`` seconds)."""
+    deadline = time.monotonic() + settle
+    while True:
+        subjects = {logical_subject(str(d["subject"])) for d in ms.read_models.dead_letters()}
+        if subjects <= kept or time.monotonic() >= deadline:
+            return subjects
+        await asyncio.sleep(0.05)
+
+
+async def test_purge_forgets_the_dead_letters_of_what_it_erases(ms: Memstream) -> None:
+    # Given two profiles, each with an event no projection can read among its events (dead
+    # letters that name the profile and keep what the error said)
+    memory = ms.agent_memory("default")
+    for name in ("temp", "gina"):
+        profile = await memory.get_profile(name)
+        await profile.remember(f"{name} keeps a passport number X123")
+        await ms.log.js.publish(
+            f"ms.default.profile.{name}",
+            b"\xff not json: passport X123",
+            headers={"Nats-Msg-Id": f"junk-{name}"},
+        )
+        await profile.remember(f"{name} likes trams")
+    # ... and one of them deleted
+    await memory.delete_profile("temp")
+    await settled(ms)
+    letters = ms.read_models.dead_letters()
+    subjects = {logical_subject(str(d["subject"])) for d in letters}
+    assert subjects == {"ms.default.profile.temp", "ms.default.profile.gina"}
+    assert {d["projection"] for d in letters} >= {"memory", "analytics"}
+
+    # When the deleted profile is purged
+    report = await purge(ms.log, "0s")
+    assert [(u.kind, u.identifier) for u in report.units] == [("profile", "temp")]
+    assert await subject_events(ms, "profile", "temp") == []
+
+    # Then every worker forgets its dead letters of the erased events, and keeps the others
+    assert await erased_letters_gone(ms, {"ms.default.profile.gina"}) == {"ms.default.profile.gina"}
+    kept = ms.read_models.dead_letters()
+    assert {d["projection"] for d in kept} == {d["projection"] for d in letters}
+    assert len(kept) * 2 == len(letters)
+    await settled(ms)
+    await verified(ms)
+
+
+async def test_a_purge_record_makes_copies_forget_dead_letters_before_the_erasure(
+    ms: Memstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a deleted profile with an unreadable event among its events, and a kept one
+    memory = ms.agent_memory("default")
+    for name in ("temp", "gina"):
+        await (await memory.get_profile(name)).remember(f"{name} likes trams")
+        await ms.log.js.publish(
+            f"ms.default.profile.{name}", b"\xff X123", headers={"Nats-Msg-Id": f"junk-{name}"}
+        )
+    await memory.delete_profile("temp")
+    await settled(ms)
+
+    async def lost(*_: object) -> int:
+        raise UnavailableError("NATS went away")
+
+    # When a purge records its erasure and stops before erasing anything
+    monkeypatch.setattr(purge_module, "_erase_events", lost)
+    monkeypatch.setattr(purge_module, "_purge_subject", lost)
+    with pytest.raises(UnavailableError):
+        await purge(ms.log, "0s")
+    assert len(await subject_events(ms, "profile", "temp")) > 0
+    # Then the live copy forgets the dead letters of the events being erased already
+    gina = {"ms.default.profile.gina"}
+    assert await erased_letters_gone(ms, gina) == gina
+    # And so does a copy rebuilt from the log meanwhile (it replays them, then the record)
+    copy = SqliteCopy(tmp_path / "rebuilt.db")
+    await rebuild(ms.log, copy)
+    store = copy.store()
+    try:
+        rebuilt = store.dead_letters()
+    finally:
+        store.close()
+    assert {logical_subject(str(d["subject"])) for d in rebuilt} == gina
+    assert {d["projection"] for d in rebuilt} >= {"memory", "analytics"}
 
 
 async def test_purge_keeps_the_grace_period_and_what_was_written_again(ms: Memstream) -> None:
