@@ -24,6 +24,7 @@ from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import InvalidInputError, UnavailableError
 from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
+from memstream.workers import projector as projector_module
 from memstream.workers import purge as purge_module
 from memstream.workers.audit import EventQuery, read_events
 from memstream.workers.codec import CommandMeta
@@ -260,6 +261,37 @@ async def test_a_purge_record_makes_copies_forget_dead_letters_before_the_erasur
         store.close()
     assert {logical_subject(str(d["subject"])) for d in rebuilt} == gina
     assert {d["projection"] for d in rebuilt} >= {"memory", "analytics"}
+
+
+async def test_a_worker_that_cannot_ask_the_stream_keeps_its_dead_letters_and_goes_on(
+    ms: Memstream, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    memory = ms.agent_memory("default")
+    await (await memory.get_profile("temp")).remember("temp likes trams")
+    await ms.log.js.publish(
+        "ms.default.profile.temp", b"\xff X123", headers={"Nats-Msg-Id": "junk-temp"}
+    )
+    await memory.delete_profile("temp")
+    await settled(ms)
+
+    # Given the workers cannot ask the stream about their dead letters when a purge record comes
+    async def unavailable(*_: object) -> list[tuple[str, int]]:
+        raise UnavailableError("NATS went away")
+
+    monkeypatch.setattr(projector_module, "erased_dead_letters", unavailable)
+    purged = await purge(ms.log, "0s")
+    assert [u.identifier for u in purged.units] == ["temp"]
+    # Then they say so, keep the letters, and go on projecting
+    await settled(ms)
+    await ms.session("after").append_message(msg("a0", "still projected"))
+    assert [m["id"] for m in await ms.session("after").get_history()] == ["a0"]
+    deadline = time.monotonic() + 10  # (a record applied for a reader here: at its delivery)
+    while "dead letters of events a purge erased are kept" not in caplog.text:
+        assert time.monotonic() < deadline, caplog.text[-2000:]
+        await asyncio.sleep(0.05)
+    assert {logical_subject(str(d["subject"])) for d in ms.read_models.dead_letters()} == {
+        "ms.default.profile.temp"
+    }
 
 
 async def test_purge_keeps_the_grace_period_and_what_was_written_again(ms: Memstream) -> None:
