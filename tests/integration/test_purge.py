@@ -180,6 +180,33 @@ async def test_purge_erases_deleted_sessions_and_profiles_and_verify_holds(
     await verified(ms)
 
 
+async def purge_stopping_after_its_record(ms: Memstream, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A purge that loses NATS once it has recorded the purge, before it erases anything."""
+
+    async def lost(*_: object) -> int:
+        raise UnavailableError("NATS went away")
+
+    monkeypatch.setattr(purge_module, "_erase_events", lost)
+    monkeypatch.setattr(purge_module, "_purge_subject", lost)
+    with pytest.raises(UnavailableError):
+        await purge(ms.log, "0s")
+
+
+async def profiles_with_unreadable_events(ms: Memstream, *names: str) -> None:
+    """Profiles each with an event no projection can read among its events (dead letters that
+    name the profile and keep what the error said)."""
+    memory = ms.agent_memory("default")
+    for name in names:
+        profile = await memory.get_profile(name)
+        await profile.remember(f"{name} keeps a passport number X123")
+        await ms.log.js.publish(
+            f"ms.default.profile.{name}",
+            b"\xff not json: passport X123",
+            headers={"Nats-Msg-Id": f"junk-{name}"},
+        )
+        await profile.remember(f"{name} likes trams")
+
+
 async def erased_letters_gone(ms: Memstream, kept: set[str], settle: float = 10.0) -> set[str]:
     """The subjects of the copy's dead letters, once only ``kept`` ones are left (the workers
     forget the others as they apply the purge record: polled for up to ``settle`` seconds)."""
@@ -192,20 +219,10 @@ async def erased_letters_gone(ms: Memstream, kept: set[str], settle: float = 10.
 
 
 async def test_purge_forgets_the_dead_letters_of_what_it_erases(ms: Memstream) -> None:
-    # Given two profiles, each with an event no projection can read among its events (dead
-    # letters that name the profile and keep what the error said)
-    memory = ms.agent_memory("default")
-    for name in ("temp", "gina"):
-        profile = await memory.get_profile(name)
-        await profile.remember(f"{name} keeps a passport number X123")
-        await ms.log.js.publish(
-            f"ms.default.profile.{name}",
-            b"\xff not json: passport X123",
-            headers={"Nats-Msg-Id": f"junk-{name}"},
-        )
-        await profile.remember(f"{name} likes trams")
+    # Given two profiles, each with an event no projection can read among its events
+    await profiles_with_unreadable_events(ms, "temp", "gina")
     # ... and one of them deleted
-    await memory.delete_profile("temp")
+    await ms.agent_memory("default").delete_profile("temp")
     await settled(ms)
     letters = ms.read_models.dead_letters()
     subjects = {logical_subject(str(d["subject"])) for d in letters}
@@ -230,23 +247,12 @@ async def test_a_purge_record_makes_copies_forget_dead_letters_before_the_erasur
     ms: Memstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a deleted profile with an unreadable event among its events, and a kept one
-    memory = ms.agent_memory("default")
-    for name in ("temp", "gina"):
-        await (await memory.get_profile(name)).remember(f"{name} likes trams")
-        await ms.log.js.publish(
-            f"ms.default.profile.{name}", b"\xff X123", headers={"Nats-Msg-Id": f"junk-{name}"}
-        )
-    await memory.delete_profile("temp")
+    await profiles_with_unreadable_events(ms, "temp", "gina")
+    await ms.agent_memory("default").delete_profile("temp")
     await settled(ms)
 
-    async def lost(*_: object) -> int:
-        raise UnavailableError("NATS went away")
-
     # When a purge records its erasure and stops before erasing anything
-    monkeypatch.setattr(purge_module, "_erase_events", lost)
-    monkeypatch.setattr(purge_module, "_purge_subject", lost)
-    with pytest.raises(UnavailableError):
-        await purge(ms.log, "0s")
+    await purge_stopping_after_its_record(ms, monkeypatch)
     assert len(await subject_events(ms, "profile", "temp")) > 0
     # Then the live copy forgets the dead letters of the events being erased already
     gina = {"ms.default.profile.gina"}
@@ -266,12 +272,8 @@ async def test_a_purge_record_makes_copies_forget_dead_letters_before_the_erasur
 async def test_a_worker_that_cannot_ask_the_stream_keeps_its_dead_letters_and_goes_on(
     ms: Memstream, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    memory = ms.agent_memory("default")
-    await (await memory.get_profile("temp")).remember("temp likes trams")
-    await ms.log.js.publish(
-        "ms.default.profile.temp", b"\xff X123", headers={"Nats-Msg-Id": "junk-temp"}
-    )
-    await memory.delete_profile("temp")
+    await profiles_with_unreadable_events(ms, "temp")
+    await ms.agent_memory("default").delete_profile("temp")
     await settled(ms)
 
     # Given the workers cannot ask the stream about their dead letters when a purge record comes
@@ -348,14 +350,8 @@ async def test_a_purge_that_stops_after_its_record_is_finished_by_the_next(
     finally:
         await team.close()
 
-    async def lost(*_: object) -> int:
-        raise UnavailableError("NATS went away")
-
     # When the process loses NATS after recording the purge, before erasing anything
-    monkeypatch.setattr(purge_module, "_erase_events", lost)
-    monkeypatch.setattr(purge_module, "_purge_subject", lost)
-    with pytest.raises(UnavailableError):
-        await purge(ms.log, "0s")
+    await purge_stopping_after_its_record(ms, monkeypatch)
     assert len(await subject_events(ms, "purge", "log")) == 1
     assert len(await subject_events(ms, "session", doomed)) > 0
     # Then the read models still equal a rebuild (which replays the events, then the record)
@@ -418,14 +414,7 @@ async def test_an_import_renumbers_what_purge_records_name(
     await manager.delete(doomed)
     kept = (await manager.create("Kept"))["id"]
     await manager.append_all(kept, [msg("k0", "one"), msg("k1", "two")])
-
-    async def lost(*_: object) -> int:
-        raise UnavailableError("NATS went away")
-
-    monkeypatch.setattr(purge_module, "_erase_events", lost)
-    monkeypatch.setattr(purge_module, "_purge_subject", lost)
-    with pytest.raises(UnavailableError):
-        await purge(ms.log, "0s")
+    await purge_stopping_after_its_record(ms, monkeypatch)
     monkeypatch.undo()
     backup = tmp_path / "backup.jsonl"
     await export(ms, backup)
