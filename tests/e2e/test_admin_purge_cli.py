@@ -5,6 +5,8 @@ dir at once and in any other data dir (another host's) at its next ``--as-of`` r
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from support.processes import clean_env, json_of, memstream
 from memstream.client import open_memstream
 from memstream.settings import Settings
 from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.subjects import logical_subject
 
 
 async def test_purge_from_the_cli_keeps_verify_green(
@@ -91,5 +94,52 @@ async def test_purge_from_the_cli_keeps_verify_green(
             "memory": True,
             "analytics": True,
         }
+    finally:
+        await ms.close()
+
+
+async def test_a_purge_from_the_cli_makes_the_workers_elsewhere_forget_dead_letters(
+    tmp_path: Path, nats_server: NatsServerProcess
+) -> None:
+    stream = "T" + uuid.uuid4().hex[:12].upper()
+    settings = Settings(data_dir=tmp_path / "data", nats_url=nats_server.url, stream=stream)
+    env = clean_env(
+        MEMSTREAM_DATA_DIR=str(settings.data_dir),
+        MEMSTREAM_NATS_URL=nats_server.url,
+        MEMSTREAM_STREAM=stream,
+    )
+    ms = await open_memstream(settings, workers=True)
+    try:
+        # Given two profiles, each with an event no projection can read (dead letters naming
+        # the profile), one of them deleted
+        memory = ms.agent_memory("default")
+        for name in ("temp", "gina"):
+            await (await memory.get_profile(name)).remember(f"{name} likes trams")
+            await ms.log.js.publish(
+                f"ms.default.profile.{name}", b"\xff X123", headers={"Nats-Msg-Id": name}
+            )
+        await memory.delete_profile("temp")
+        for projection in ("memory", "analytics"):
+            await ms.wait_for(projection)
+
+        def letter_subjects() -> set[str]:  # as another process's CLI reads them
+            letters = json_of(env, "status", "--dead-letters", "100")["dead_letters"]
+            return {logical_subject(str(d["subject"])) for d in letters}
+
+        assert letter_subjects() == {"ms.default.profile.temp", "ms.default.profile.gina"}
+
+        # When the deleted profile is purged by a CLI process
+        done = json_of(env, "admin", "purge", "--older-than", "0s")
+        assert [(u["kind"], u["id"]) for u in done["purged"]] == [("profile", "temp")]
+
+        # Then the workers of this process, applying the purge record, forget its dead letters
+        # and keep the other's, as the next CLI process reads them
+        end = await ms.log.stream_last_seq()
+        for projection in ("memory", "analytics"):
+            await ms.wait_for(projection, end)
+        deadline = time.monotonic() + 10
+        while (subjects := letter_subjects()) != {"ms.default.profile.gina"}:
+            assert time.monotonic() < deadline, subjects
+            await asyncio.sleep(0.1)
     finally:
         await ms.close()
