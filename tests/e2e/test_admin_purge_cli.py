@@ -18,9 +18,9 @@ from memstream.workers.nats_server import NatsServerProcess
 from memstream.workers.subjects import logical_subject
 
 
-async def test_purge_from_the_cli_keeps_verify_green(
-    tmp_path: Path, nats_server: NatsServerProcess
-) -> None:
+def platform(tmp_path: Path, nats_server: NatsServerProcess) -> tuple[Settings, dict[str, str]]:
+    """A new stream's settings for this test's client, and the environment of its CLI
+    processes (the same data dir and stream)."""
     stream = "T" + uuid.uuid4().hex[:12].upper()
     settings = Settings(data_dir=tmp_path / "data", nats_url=nats_server.url, stream=stream)
     env = clean_env(
@@ -28,6 +28,13 @@ async def test_purge_from_the_cli_keeps_verify_green(
         MEMSTREAM_NATS_URL=nats_server.url,
         MEMSTREAM_STREAM=stream,
     )
+    return settings, env
+
+
+async def test_purge_from_the_cli_keeps_verify_green(
+    tmp_path: Path, nats_server: NatsServerProcess
+) -> None:
+    settings, env = platform(tmp_path, nats_server)
     ms = await open_memstream(settings, workers=True)
     try:
         manager = ms.session_manager()
@@ -101,13 +108,7 @@ async def test_purge_from_the_cli_keeps_verify_green(
 async def test_a_purge_from_the_cli_makes_the_workers_elsewhere_forget_dead_letters(
     tmp_path: Path, nats_server: NatsServerProcess
 ) -> None:
-    stream = "T" + uuid.uuid4().hex[:12].upper()
-    settings = Settings(data_dir=tmp_path / "data", nats_url=nats_server.url, stream=stream)
-    env = clean_env(
-        MEMSTREAM_DATA_DIR=str(settings.data_dir),
-        MEMSTREAM_NATS_URL=nats_server.url,
-        MEMSTREAM_STREAM=stream,
-    )
+    settings, env = platform(tmp_path, nats_server)
     ms = await open_memstream(settings, workers=True)
     try:
         # Given two profiles, each with an event no projection can read (dead letters naming
