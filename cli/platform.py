@@ -182,7 +182,7 @@ def worker(
     lock = None
     url = settings.nats_url
     if url is None:
-        runtime = EmbeddedRuntime.acquire(settings.data_dir)
+        runtime = EmbeddedRuntime.acquire(settings.data_dir, sync=settings.nats_sync)
         if not runtime.owner:  # its owner runs the workers; a second projector would race it
             runtime.release()
             raise InvalidInputError(

@@ -869,7 +869,9 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
     url = settings.nats_url
     if url is None:
         # Waits (bounded) while another process starts the server, never failing for it.
-        runtime = await asyncio.to_thread(EmbeddedRuntime.acquire, settings.data_dir)
+        runtime = await asyncio.to_thread(
+            EmbeddedRuntime.acquire, settings.data_dir, sync=settings.nats_sync
+        )
         url = runtime.url
     else:
         await asyncio.to_thread(prepare_data_dir, settings.data_dir)

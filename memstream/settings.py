@@ -20,6 +20,7 @@ from memstream.domain.limits import (
     check_stream_name,
 )
 from memstream.domain.redaction import MASK, redact_url
+from memstream.workers.nats_server import SYNC_ALWAYS, check_sync
 
 _SECRETS = frozenset({"nats_password", "nats_token", "llm_api_key"})
 _URLS = frozenset({"nats_url", "database_url", "llm_url"})
@@ -52,6 +53,9 @@ class Settings:
     read_timeout: float = 10.0
     write_timeout: float = 5.0
     actor: str | None = None  # recorded in every event; None: the OS user and host
+    # JetStream's fsync policy on the servers memstream starts: "always" (a write is on disk
+    # before its acknowledgement) or a duration that relaxes it (see docs/durability.md).
+    nats_sync: str = SYNC_ALWAYS
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -76,6 +80,7 @@ class Settings:
             "llm_model": env.get("MEMSTREAM_LLM_MODEL") or None,
             "llm_api_key": env.get("MEMSTREAM_LLM_API_KEY") or None,
             "actor": env.get("MEMSTREAM_ACTOR") or None,
+            "nats_sync": env.get("MEMSTREAM_NATS_SYNC") or SYNC_ALWAYS,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "data_dir" in overrides and overrides["data_dir"] is not None:
@@ -87,7 +92,7 @@ class Settings:
         check_int(_PARTITIONS_NAME, settings.stream_partitions, minimum=0, maximum=MAX_PARTITIONS)
         if settings.actor is not None:
             check_actor(settings.actor)
-        return settings
+        return replace(settings, nats_sync=check_sync(settings.nats_sync))
 
     def __repr__(self) -> str:
         shown = []

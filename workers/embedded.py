@@ -38,6 +38,7 @@ from memstream.workers.data_dir import (
 )
 from memstream.workers.nats_server import (
     CONFIG_FILE,
+    SYNC_ALWAYS,
     NatsServerProcess,
     port_open,
 )
@@ -63,8 +64,9 @@ class EmbeddedRuntime:
     """This process's use of a data dir's embedded server: its URL, its token, and whether
     this process owns (supervises) it."""
 
-    def __init__(self, data_dir: Path, clients_fd: int) -> None:
+    def __init__(self, data_dir: Path, clients_fd: int, sync: str = SYNC_ALWAYS) -> None:
         self.data_dir = data_dir
+        self.sync = sync  # the fsync policy of a server this process starts
         self.url = ""
         self.token = ""
         self.owner = False
@@ -79,8 +81,11 @@ class EmbeddedRuntime:
         self._supervisor: threading.Thread | None = None
 
     @classmethod
-    def acquire(cls, data_dir: Path, timeout: float = ACQUIRE_TIMEOUT) -> EmbeddedRuntime:
-        """Use the data dir's running server, or become its owner and start one.
+    def acquire(
+        cls, data_dir: Path, timeout: float = ACQUIRE_TIMEOUT, *, sync: str = SYNC_ALWAYS
+    ) -> EmbeddedRuntime:
+        """Use the data dir's running server, or become its owner and start one (with the
+        fsync policy ``sync``: see :func:`~memstream.workers.nats_server.check_sync`).
 
         Waits (up to ``timeout``) while another process starts or stops the server.
 
@@ -93,12 +98,14 @@ class EmbeddedRuntime:
         # process must recognise the server whatever relative path or link it came by.
         data_dir = prepare_data_dir(data_dir).resolve()
         try:
-            return cls._acquire(data_dir, time.monotonic() + timeout, timeout)
+            return cls._acquire(data_dir, time.monotonic() + timeout, timeout, sync)
         except OSError as error:
             raise UnavailableError(f"cannot use data dir {data_dir}: {os_reason(error)}") from None
 
     @classmethod
-    def _acquire(cls, data_dir: Path, deadline: float, timeout: float) -> EmbeddedRuntime:
+    def _acquire(
+        cls, data_dir: Path, deadline: float, timeout: float, sync: str
+    ) -> EmbeddedRuntime:
         clients_fd = open_private(data_dir / CLIENTS_LOCK, os.O_RDWR)
         try:
             # Only a process that stops the server holds it exclusively, and only for a moment.
@@ -109,7 +116,7 @@ class EmbeddedRuntime:
                         "(a process stopping the embedded nats-server?)"
                     )
                 time.sleep(0.02)
-            runtime = cls(data_dir, clients_fd)
+            runtime = cls(data_dir, clients_fd, sync)
             # Released at exit even if the process ends on an exception before it closes: an
             # owner that never releases would leave its server running for nobody.
             atexit.register(runtime.release)
@@ -190,7 +197,11 @@ class EmbeddedRuntime:
 
     def _start_server(self, port: int | None, *, keep_log: bool = False) -> NatsServerProcess:
         return NatsServerProcess.start(
-            self.data_dir / STORE_DIR, port=port, token=self.token, keep_log=keep_log
+            self.data_dir / STORE_DIR,
+            port=port,
+            token=self.token,
+            keep_log=keep_log,
+            sync=self.sync,
         )
 
     def _set_server(self, server: NatsServerProcess | None, pid: int, port: int) -> None:

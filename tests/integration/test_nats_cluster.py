@@ -62,7 +62,7 @@ def _start_node(
     config.write_text(
         f'server_name: "{name}"\n'
         f"max_payload: {MAX_PAYLOAD}\n"
-        f'jetstream {{ store_dir: "{folder / "store"}" }}\n'
+        f'jetstream {{ store_dir: "{folder / "store"}", sync_interval: always }}\n'
         "cluster {\n"
         '  name: "memstream-test"\n'
         f'  listen: "127.0.0.1:{cluster_port}"\n'

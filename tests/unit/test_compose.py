@@ -225,6 +225,20 @@ def test_the_nats_nodes_form_one_jetstream_cluster() -> None:
     assert len(stores) == len(NATS_NODES)
 
 
+def test_every_nats_node_syncs_each_write_to_disk_before_acknowledging_it() -> None:
+    # Given the compose file's configs
+    configs = load_compose()["configs"]
+    for node in NATS_NODES:
+        service = services()[node]
+        command = [str(word) for word in service["command"]]
+        # When a node starts, it reads one config file, mounted from a config of the file
+        target = option(command, "-c")
+        mounted = {c["target"]: c["source"] for c in service["configs"]}
+        content = configs[mounted[target]]["content"]
+        # Then that config makes JetStream fsync before every acknowledgement
+        assert re.search(r"jetstream\s*\{[^}]*sync_interval:\s*always", content), content
+
+
 def test_the_memstream_services_use_the_cluster_and_postgres() -> None:
     all_services = services()
     postgres = all_services["postgres"]

@@ -1,0 +1,92 @@
+"""JetStream's fsync policy: every server memstream starts writes before it acknowledges."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from memstream.client import open_memstream
+from memstream.domain.errors import InvalidInputError
+from memstream.settings import Settings
+from memstream.workers.nats_server import (
+    CONFIG_FILE,
+    NatsServerProcess,
+    free_port,
+    nats_server_binary,
+    port_open,
+)
+
+
+def _server_jetstream_config(config: Path, tmp_path: Path) -> dict[str, object]:
+    """What nats-server itself makes of ``config``: a second server reads the same file with a
+    monitoring port, and its ``/varz`` tells its JetStream settings."""
+    port, monitor = free_port(), free_port()
+    command = [nats_server_binary(), "-c", str(config), "-js", "-a", "127.0.0.1"]
+    command += ["-p", str(port), "-m", str(monitor), "-sd", str(tmp_path / "probe-store")]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        while not port_open(monitor):
+            assert process.poll() is None, "nats-server refused the config memstream wrote"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with urllib.request.urlopen(f"http://127.0.0.1:{monitor}/varz", timeout=5) as answer:
+            varz = json.load(answer)
+    finally:
+        process.kill()
+        process.wait()
+    config_seen = varz["jetstream"]["config"]
+    assert isinstance(config_seen, dict)
+    return config_seen
+
+
+def test_a_server_memstream_starts_syncs_before_it_acknowledges(tmp_path: Path) -> None:
+    # Given a server started as memstream starts its embedded one (no setting given)
+    server = NatsServerProcess.start(tmp_path / "nats", log_path=tmp_path / "nats.log")
+    try:
+        # When nats-server reads the config memstream wrote for it
+        seen = _server_jetstream_config(tmp_path / CONFIG_FILE, tmp_path)
+    finally:
+        server.stop()
+    # Then JetStream syncs every write before acknowledging it
+    assert seen["sync_always"] is True
+
+
+def test_a_relaxed_sync_interval_is_an_explicit_setting(tmp_path: Path) -> None:
+    # Given MEMSTREAM_NATS_SYNC=10s
+    settings = Settings.from_env({"MEMSTREAM_NATS_SYNC": "10s"}, data_dir=tmp_path / "data")
+    server = NatsServerProcess.start(
+        tmp_path / "nats", log_path=tmp_path / "nats.log", sync=settings.nats_sync
+    )
+    try:
+        seen = _server_jetstream_config(tmp_path / CONFIG_FILE, tmp_path)
+    finally:
+        server.stop()
+    # Then the server syncs every 10 s and acknowledges before that
+    assert not seen.get("sync_always", False)  # omitted from /varz when false
+    assert seen["sync_interval"] == 10 * 10**9
+
+
+@pytest.mark.parametrize("value", ["soon", "0s", "-1s", "always;", "10 s", " "])
+def test_a_sync_setting_that_is_not_always_or_a_duration_is_refused(value: str) -> None:
+    with pytest.raises(InvalidInputError, match=r"MEMSTREAM_NATS_SYNC\) is .*'always' or"):
+        Settings.from_env({"MEMSTREAM_NATS_SYNC": value})
+
+
+async def test_the_embedded_server_of_a_data_dir_syncs_always(tmp_path: Path) -> None:
+    # Given the embedded default
+    settings = Settings(data_dir=tmp_path / "data")
+    ms = await open_memstream(settings, workers=False)
+    try:
+        assert ms.runtime is not None
+        assert ms.runtime.owner
+        # Then the config of its server syncs before acknowledging
+        seen = _server_jetstream_config(settings.data_dir / CONFIG_FILE, tmp_path)
+        assert seen["sync_always"] is True
+    finally:
+        await ms.close()
