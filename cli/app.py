@@ -13,6 +13,7 @@ from memstream.cli import (
     admin,
     audit,
     blocks,
+    doctor,
     events,
     manager,
     mcp,
@@ -157,6 +158,7 @@ def root(
 app.command("up")(platform.up)
 app.command("worker")(platform.worker)
 app.command("status")(status.status)
+app.command("doctor")(doctor.doctor)
 app.command("append")(sessions.append)
 app.command("mcp")(mcp.mcp)
 app.command("stats")(stats.stats)

@@ -59,17 +59,20 @@ def run(main: Coroutine[Any, Any, T]) -> T:
 
 
 @contextlib.asynccontextmanager
-async def connected(settings: Settings, *, workers: bool | None = None) -> AsyncIterator[Memstream]:
+async def connected(
+    settings: Settings, *, workers: bool | None = None, check_log: bool = True
+) -> AsyncIterator[Memstream]:
     """Connect for one command, and close (releasing an embedded server we own) afterwards.
 
     Uses the data dir's running embedded server if there is one; otherwise this process starts
     it for the duration of the command. ``workers=None`` runs the projector here exactly when
-    this process owns the embedded server.
+    this process owns the embedded server. ``check_log=False``: a read-model copy ahead of the
+    log is opened, not refused (for the commands that report or mend it).
 
     Raises:
         UnavailableError: NATS or the read-model database cannot be reached.
     """
-    ms = await open_memstream(settings, workers=workers)
+    ms = await open_memstream(settings, workers=workers, check_log=check_log)
     try:
         yield ms
     finally:

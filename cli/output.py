@@ -233,6 +233,23 @@ def show_status(status: PlatformStatus) -> None:
         )
     console.print(copies)
     console.print(Text(f"this data dir's read-model copy: {status.copy_id}"))
+    if status.log_gap is not None:
+        console.print(Text(status.log_gap))
+    for sync in status.durability:
+        console.print(Text(f"durability: {sync.describe()}"))
+    if status.replicas:
+        replicas = _table("stream replicas", "server", "leader", "current", "offline", "lag")
+        for r in status.replicas:
+            replicas.add_row(
+                *_cells(
+                    r.server,
+                    "yes" if r.leader else "",
+                    "yes" if r.current else "no",
+                    "yes" if r.offline else "",
+                    r.lag,
+                )
+            )
+        console.print(replicas)
     show_projections(status.projections)
     console.print(Text(f"dead letters: {status.dead_letter_count}"))
     if status.dead_letters:

@@ -118,7 +118,7 @@ def rebuild_projections(
         names = None  # a fresh file: every projection is rebuilt
 
     async def main() -> int:
-        async with connected(settings, workers=False) as ms:
+        async with connected(settings, workers=False, check_log=False) as ms:
             with progress_bar("rebuilding") as progress:
                 if when is not None:
                     seq = await sequence_as_of(ms.log, when)

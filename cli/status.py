@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from memstream.cli.context import connected, run, settings_of
-from memstream.cli.output import emit_json, show_status
+from memstream.cli.output import emit_json, note, show_status
 from memstream.domain.limits import check_int
 from memstream.workers.status import PlatformStatus, platform_status
 
@@ -22,7 +22,9 @@ def status(
     """Show the stream, its consumers, projection lag and dead letters.
 
     The stream's messages, bytes and sequences; each consumer's pending and unacknowledged
-    messages; each projection's tracked sequence and lag; the count and latest dead letters.
+    messages; each projection's tracked sequence and lag; the count and latest dead letters;
+    the log servers' fsync policy and the stream's replicas. Exits 1 when the read model is
+    ahead of the log, a server acknowledges before fsync, or a replica is offline.
 
     Example: memstream status --json
     """
@@ -30,11 +32,20 @@ def status(
     check_int("--dead-letters", dead_letters, minimum=0, maximum=10_000)
 
     async def main() -> PlatformStatus:
-        async with connected(settings, workers=False) as ms:
-            return await platform_status(ms.log, ms.read_models, dead_letter_limit=dead_letters)
+        async with connected(settings, workers=False, check_log=False) as ms:
+            return await platform_status(
+                ms.log,
+                ms.read_models,
+                dead_letter_limit=dead_letters,
+                durability=await ms.durability(),
+            )
 
     report = run(main())
     if as_json:
         emit_json(report.as_json())
     else:
         show_status(report)
+    for problem in report.problems:
+        note(f"error: {problem}")
+    if report.problems:
+        raise typer.Exit(1)

@@ -39,6 +39,14 @@ class ReadModelDamagedError(UnavailableError):
         self.reason = message if reason is None else reason
 
 
+class ReadModelAheadError(ReadModelDamagedError):
+    """The read-model copy records events the log does not hold: the log lost its tail (an OS
+    crash with lazy fsync, a restored backup, a cluster that lost writes) or holds other events
+    at those sequences. Serving the copy would serve what the log no longer says; it is
+    rebuilt from the log (by the embedded default on its own, else with
+    ``memstream projections rebuild``)."""
+
+
 class ReadModelUnavailableError(UnavailableError):
     """The read-model database cannot be reached (a PostgreSQL server down or unreachable).
     Writes go on (decided on the aggregate's events in the log); reads fail with it until the

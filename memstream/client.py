@@ -22,12 +22,14 @@ from memstream.domain.context import ContextDocument, SearchIndex
 from memstream.domain.errors import (
     MemstreamError,
     ProjectionLagError,
+    ReadModelAheadError,
     ReadModelDamagedError,
     ReadModelUnavailableError,
     UnavailableError,
 )
 from memstream.domain.limits import check_actor, check_namespace, check_session_id
 from memstream.domain.memory_profile import MemoryProfile
+from memstream.domain.redaction import redact_url
 from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
 from memstream.llm_extractor import extractor_from_settings
@@ -54,16 +56,20 @@ from memstream.summarizers import OpenAICompatibleSummarizer
 from memstream.workers.aggregate_store import AggregateStore, CommandResult, Decide
 from memstream.workers.codec import H_MSG_ID, CommandMeta
 from memstream.workers.data_dir import prepare_data_dir, private_database
+from memstream.workers.durability import ServerSync, configured_sync, monitored_sync
 from memstream.workers.embedded import EmbeddedRuntime
 from memstream.workers.event_log import (
     EventLog,
     LogEntry,
     OutgoingMessage,
     connect_nats,
+    nats_servers,
 )
 from memstream.workers.extractor import ExtractorWorker
 from memstream.workers.indexer import LazyEncoder
+from memstream.workers.log_position import check_copy
 from memstream.workers.metrics_hooks import hooks
+from memstream.workers.nats_server import CONFIG_FILE
 from memstream.workers.position import Demand, PositionWatch, encode_demand
 from memstream.workers.projector import DEFAULT_LINGER, HeldOwn, ProjectorWorker
 from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
@@ -94,6 +100,8 @@ ANALYTICS_LINGER = DEFAULT_LINGER
 READ_MODEL_RETRY_SECONDS = 2.0
 # How long a clean close waits for its own projector to project this client's writes.
 CLOSE_DRAIN_SECONDS = 5.0
+# How often a client waits to see a copy ahead of the log rebuilt by its owner.
+AHEAD_POLL_SECONDS = 0.2
 
 
 class Memstream:
@@ -726,6 +734,54 @@ class Memstream:
 
         return as_embed(self.encoder.embedder())
 
+    async def durability(self) -> list[ServerSync]:
+        """Each log server's fsync policy, as far as it can be read: the embedded server's from
+        the config this data dir gave it, an external cluster's from the monitoring endpoints
+        the settings name (``MEMSTREAM_NATS_MONITOR_URL``), else unknown."""
+        if self.runtime is not None:
+            path = self.settings.data_dir / CONFIG_FILE
+            policy = await asyncio.to_thread(configured_sync, path)
+            return [ServerSync("embedded nats-server", policy, f"its config {path}")]
+        if self.settings.nats_monitor_url:
+            return await monitored_sync(self.settings.nats_monitor_url)
+        return [
+            ServerSync(
+                ",".join(redact_url(u) for u in nats_servers(self.settings.nats_url or "")),
+                None,
+                "set MEMSTREAM_NATS_MONITOR_URL to the servers' monitoring endpoints to check it",
+            )
+        ]
+
+    async def check_against_log(self, *, healer: bool) -> None:
+        """Refuse to serve a read-model copy ahead of the log (the log lost or replaced its
+        tail: :mod:`memstream.workers.log_position`). A SQLite copy is moved aside and rebuilt
+        by the projector of the process that owns it: that is this one when ``healer``, else
+        this waits (up to the read timeout) for the owner to do it. A shared copy (PostgreSQL)
+        is never replaced by a client.
+
+        Raises:
+            ReadModelAheadError: the copy is ahead of the log (and was not rebuilt in time).
+        """
+        gap = await check_copy(self.log, self.read_models.marks())
+        if gap is None:
+            return
+        location = self.copy.location
+        if self.settings.database_url is not None:
+            raise ReadModelAheadError(gap.refusal(location))
+        if healer:
+            return  # this process's projector checks it before it binds, and rebuilds it
+        if self.runtime is None or self.runtime.owner:
+            # No other process here runs its projector (a worker elsewhere may: it rebuilds it)
+            raise ReadModelAheadError(gap.refusal(location))
+        deadline = asyncio.get_running_loop().time() + self.settings.read_timeout
+        while asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(AHEAD_POLL_SECONDS)
+            self._reopen_if_replaced()
+            gap = await check_copy(self.log, self.read_models.marks())
+            if gap is None:
+                return
+        raise ReadModelAheadError(gap.refusal(location))
+
     def start_workers(self) -> None:
         """Run the workers in this process: the projector, the indexer (its model is loaded
         when the first text to embed arrives) and the extractor."""
@@ -862,8 +918,12 @@ class Memstream:
             await asyncio.to_thread(self.runtime.release)
 
 
-async def open_memstream(settings: Settings, *, workers: bool | None = None) -> Memstream:
-    """Connect everything ``settings`` describes (see :func:`connect`)."""
+async def open_memstream(
+    settings: Settings, *, workers: bool | None = None, check_log: bool = True
+) -> Memstream:
+    """Connect everything ``settings`` describes (see :func:`connect`). ``check_log=False``
+    opens a copy ahead of the log without refusing it (what ``status`` and ``projections
+    rebuild`` need: see :meth:`Memstream.check_against_log`)."""
     copy = open_read_models(settings)  # opens nothing yet
     runtime: EmbeddedRuntime | None = None
     url = settings.nats_url
@@ -913,6 +973,12 @@ async def open_memstream(settings: Settings, *, workers: bool | None = None) -> 
     ms.connected_seq = connected_seq
     ms.partitions = await log.partitions()
     ms.connected_partitions = connected_partitions
+    try:
+        if check_log:
+            await ms.check_against_log(healer=run_workers)
+    except BaseException:
+        await ms.close()
+        raise
     if run_workers:
         try:
             ms.start_workers()

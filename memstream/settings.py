@@ -20,10 +20,11 @@ from memstream.domain.limits import (
     check_stream_name,
 )
 from memstream.domain.redaction import MASK, redact_url
+from memstream.workers.durability import check_monitor_url
 from memstream.workers.nats_server import SYNC_ALWAYS, check_sync
 
 _SECRETS = frozenset({"nats_password", "nats_token", "llm_api_key"})
-_URLS = frozenset({"nats_url", "database_url", "llm_url"})
+_URLS = frozenset({"nats_url", "database_url", "llm_url", "nats_monitor_url"})
 # JetStream keeps a stream on 1 to 5 servers (odd counts keep a majority through a failure).
 STREAM_REPLICAS_MAX = 5
 _REPLICAS_NAME = "stream_replicas (MEMSTREAM_STREAM_REPLICAS)"
@@ -56,6 +57,9 @@ class Settings:
     # JetStream's fsync policy on the servers memstream starts: "always" (a write is on disk
     # before its acknowledgement) or a duration that relaxes it (see docs/durability.md).
     nats_sync: str = SYNC_ALWAYS
+    # Monitoring endpoints of an external cluster's servers (comma-separated http URLs): where
+    # `memstream status` and `doctor` read their fsync policy.
+    nats_monitor_url: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -81,6 +85,7 @@ class Settings:
             "llm_api_key": env.get("MEMSTREAM_LLM_API_KEY") or None,
             "actor": env.get("MEMSTREAM_ACTOR") or None,
             "nats_sync": env.get("MEMSTREAM_NATS_SYNC") or SYNC_ALWAYS,
+            "nats_monitor_url": env.get("MEMSTREAM_NATS_MONITOR_URL") or None,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "data_dir" in overrides and overrides["data_dir"] is not None:
@@ -92,6 +97,9 @@ class Settings:
         check_int(_PARTITIONS_NAME, settings.stream_partitions, minimum=0, maximum=MAX_PARTITIONS)
         if settings.actor is not None:
             check_actor(settings.actor)
+        for url in (settings.nats_monitor_url or "").split(","):
+            if url.strip():
+                check_monitor_url(url.strip())
         return replace(settings, nats_sync=check_sync(settings.nats_sync))
 
     def __repr__(self) -> str:

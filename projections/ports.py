@@ -118,6 +118,12 @@ class LogRecord(Protocol):
     def event_type(self) -> str:
         """Its event type name, for a dead letter (never raises)."""
 
+    def identity(self) -> str:
+        """What tells this event from any other the log could hold at its sequence (its
+        ``Nats-Msg-Id``, else a digest of its payload): recorded with a tracking row, so that a
+        copy can tell a log that lost or replaced its tail (see
+        :mod:`memstream.workers.log_position`)."""
+
 
 # A partitioned projection's tracking rows are ``<projection>@<partition>``.
 PARTITION_ROW = "@"
@@ -201,6 +207,12 @@ def advance(positions: dict[str, int], rows: tuple[str, ...], seq: int) -> None:
     for row in rows:
         if positions[row] < seq:
             positions[row] = seq
+
+
+def position_events(positions: dict[str, int], records: dict[int, LogRecord]) -> dict[int, str]:
+    """The identity of the event at each of ``positions`` that ``records`` (by sequence) hold:
+    what a store records beside them."""
+    return {seq: records[seq].identity() for seq in set(positions.values()) if seq in records}
 
 
 # Upper bounds (seconds) of the batch-time histogram of ProjectorStats.
@@ -599,6 +611,12 @@ class ReadModels(Protocol):
         """Each partition's position of a partitioned ``projection`` (see
         :class:`TrackingRows`); empty when it is not partitioned."""
 
+    def marks(self) -> list[tuple[str, int, str | None]]:
+        """Every tracking row of the copy past 0: its name, its sequence, and the identity of
+        the event there (:meth:`LogRecord.identity`; ``None`` when it was recorded before
+        identities were), what :mod:`memstream.workers.log_position` checks against the
+        log."""
+
     def copy_id(self) -> str:
         """The id of the copy (kept inside it)."""
 
@@ -654,6 +672,9 @@ class ReadModelStore(Protocol):
     def positions(self) -> dict[str, int]:
         """The last stream sequence each of its tracking rows committed (0: none): one per
         projection, or one per projection and partition it consumes (see :meth:`track`)."""
+
+    def marks(self) -> list[tuple[str, int, str | None]]:
+        """See :meth:`ReadModels.marks` (every row of the copy, not only its own)."""
 
     def steps(
         self,

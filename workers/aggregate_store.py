@@ -83,6 +83,9 @@ class _Cached(Generic[A]):
     pending: list[tuple[int, Aggregate.Event]] = field(default_factory=list)
     guarded: int = 0  # decisions since the last reading of the snapshot
     broken: bool = False  # pending events half applied: restore at the next reading
+    # Replayed from the log because a snapshot was ahead of it (the log lost its tail): decided
+    # on as it is, never restored from a snapshot again while it is cached.
+    replayed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,11 +197,11 @@ class AggregateStore(Generic[A]):
                 cached, events, value, refusal, command_id = self._decide(subject, key, decide)
                 if refusal is not None:
                     # A refusal may come from a stale cache (another writer moved on).
-                    if await self._caught_up(subject, cached):
+                    if await self._caught_up(subject, key, cached):
                         continue
                     raise refusal
                 if not events:
-                    if await self._caught_up(subject, cached):
+                    if await self._caught_up(subject, key, cached):
                         continue  # a no-op decided on stale state: decide again
                     return CommandResult((), cached.seq, value)
                 decided_meta = meta
@@ -238,6 +241,8 @@ class AggregateStore(Generic[A]):
                         speculation.finish(None)
                     if early and early[0]:
                         self._cache.pop(subject, None)  # it holds events the log refused
+                        continue
+                    if await self._replayed_if_ahead(subject, key, cached):
                         continue
                     await self._fast_forward(subject, cached)
                     if attempt > 2:  # jitter, so that writers who lost together spread out
@@ -297,6 +302,10 @@ class AggregateStore(Generic[A]):
         """Decide on the cached aggregate: guarded when it was read recently, else (or when a
         guarded lookup finds the snapshot moved) inside a reading."""
         cached = self._cache.get(subject)
+        if cached is not None and cached.replayed:
+            self._cache.move_to_end(subject)
+            _apply_pending(cached)
+            return (cached, *_decided(cached.aggregate, decide))
         if self.snapshots is not None and cached is not None and self._guardable(cached):
             try:
                 self._apply_guarded(cached)
@@ -311,7 +320,7 @@ class AggregateStore(Generic[A]):
             return (cached, *_decided(cached.aggregate, decide))
 
     def _guardable(self, cached: _Cached[A]) -> bool:
-        return not cached.broken and cached.guarded < GUARDED_DECISIONS
+        return not cached.broken and not cached.replayed and cached.guarded < GUARDED_DECISIONS
 
     def _apply_guarded(self, cached: _Cached[A]) -> None:
         """Apply the pending events outside a reading: the snapshot must not have seen the
@@ -381,7 +390,9 @@ class AggregateStore(Generic[A]):
         """The cached aggregate, reconciled with the snapshot and with its pending events
         applied (inside a reading)."""
         cached = self._cache.get(subject)
-        if self.snapshots is not None:
+        if cached is not None and cached.replayed:
+            pass  # the log's, not a snapshot's (see _replayed_if_ahead)
+        elif self.snapshots is not None:
             snapshot = self.snapshots.snapshot(key)
             if cached is not None:
                 cached.guarded = 0
@@ -395,10 +406,7 @@ class AggregateStore(Generic[A]):
         elif cached is None:
             cached = self._remember(subject, _Cached(self._empty(key), 0))
         self._cache.move_to_end(subject)
-        for seq, event in cached.pending:
-            event.mutate(cached.aggregate)
-            cached.applied = seq
-        cached.pending.clear()
+        _apply_pending(cached)
         return cached
 
     def _remember(self, subject: str, cached: _Cached[A]) -> _Cached[A]:
@@ -410,11 +418,37 @@ class AggregateStore(Generic[A]):
                 del self._locks[evicted]
         return cached
 
-    async def _caught_up(self, subject: str, cached: _Cached[A]) -> bool:
-        """Fast-forward if the subject moved past the cache; True if it did."""
-        if await self.log.last_seq(subject) <= cached.seq:
+    async def _caught_up(self, subject: str, key: str, cached: _Cached[A]) -> bool:
+        """Fast-forward if the subject moved past the cache; True if it did (or if the cache
+        was ahead of the log: replayed from it, see :meth:`_replayed_if_ahead`)."""
+        last = await self.log.last_seq(subject)
+        if last < cached.seq:
+            return await self._replayed_if_ahead(subject, key, cached, last)
+        if last == cached.seq:
             return False
         await self._fast_forward(subject, cached)
+        return True
+
+    async def _replayed_if_ahead(
+        self, subject: str, key: str, cached: _Cached[A], last: int | None = None
+    ) -> bool:
+        """When the aggregate was decided on past the subject's last event in the log (a
+        snapshot from a read model ahead of a log that lost its tail), replace it with one
+        replayed from the log, not from the snapshot: True. The log is the truth; retrying on
+        the snapshot would only meet the same refusal until the retries ran out."""
+        if last is None:
+            last = await self.log.last_seq(subject)
+        if last >= cached.seq or cached.replayed:
+            return False
+        logger.warning(
+            "%s: the aggregate was decided on at sequence %d, the log ends the subject at %d "
+            "(a read model ahead of the log?); replaying it from the log",
+            subject,
+            cached.seq,
+            last,
+        )
+        replayed = self._remember(subject, _Cached(self._empty(key), 0, replayed=True))
+        await self._fast_forward(subject, replayed)
         return True
 
     async def _fast_forward(self, subject: str, cached: _Cached[A]) -> None:
@@ -429,6 +463,14 @@ class AggregateStore(Generic[A]):
             else:
                 cached.pending.append((entry.seq, event))  # type: ignore[arg-type]
             cached.seq = entry.seq
+
+
+def _apply_pending(cached: _Cached[A]) -> None:
+    """Apply the events kept after the aggregate's state to it."""
+    for seq, event in cached.pending:
+        event.mutate(cached.aggregate)
+        cached.applied = seq
+    cached.pending.clear()
 
 
 def _decided(

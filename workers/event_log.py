@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import re
@@ -110,6 +111,24 @@ class LogEntry:
     def event_type(self) -> str:
         """Its event type (``""`` when it says none)."""
         return event_type(self.payload, self.headers)
+
+    def identity(self) -> str:
+        """What tells it from any other event at its sequence (:func:`event_identity`)."""
+        return event_identity(self.payload, self.headers)
+
+
+# Longest identity kept (a message id is a command id, maybe with ":<index>").
+IDENTITY_MAX_CHARS = 200
+
+
+def event_identity(payload: bytes, headers: Mapping[str, str] | None) -> str:
+    """The identity of an event as a read-model copy records it beside a tracked sequence: its
+    ``Nats-Msg-Id`` (the command's id, unique per event), else ``sha256:`` and a digest of its
+    payload (an event some other writer published without one)."""
+    msg_id = (headers or {}).get("Nats-Msg-Id")
+    if msg_id:
+        return msg_id[:IDENTITY_MAX_CHARS]
+    return "sha256:" + hashlib.sha256(payload).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)
@@ -597,6 +616,21 @@ class EventLog:
         except _TRANSIENT as error:
             raise UnavailableError(f"cannot read sequence {seq} from NATS: {error!r}") from error
         return True
+
+    async def identity_at(self, seq: int) -> str | None:
+        """The identity (:func:`event_identity`) of the event the stream holds at ``seq``;
+        ``None`` when it holds none there (erased, purged, or past its end).
+
+        Raises:
+            UnavailableError: NATS did not answer within the timeout, or refused the request.
+        """
+        try:
+            message = await self.js.get_msg(self.stream, seq)
+        except nats.js.errors.NotFoundError:
+            return None
+        except _TRANSIENT as error:
+            raise UnavailableError(f"cannot read sequence {seq} from NATS: {error!r}") from error
+        return event_identity(message.data or b"", message.headers)
 
     async def read_batch(
         self, filter_subject: str, start_seq: int, batch: int = 1000

@@ -70,6 +70,12 @@ class MemstreamNatsClient(Client):
         self._batches_in_flight: dict[str, tuple[int, Sequence[BatchMessage]]] = {}
         self._connection_number = 0
 
+    @property
+    def connection_number(self) -> int:
+        """How many times it has reconnected (a server restarted, a failover): what was true of
+        the server before may not be now (its log may have lost its tail)."""
+        return self._connection_number
+
     async def subscribe_direct(self, subject: str, handler: Callable[[Msg], None]) -> Subscription:
         """Subscribe ``handler``, called with each message as soon as it is read (on the
         reading task: it must not block). Unsubscribe as any subscription."""

@@ -25,7 +25,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import api
 
-from memstream.domain.errors import MemstreamError, ReadModelDamagedError
+from memstream.domain.errors import MemstreamError, ReadModelAheadError, ReadModelDamagedError
 from memstream.projections.ports import (
     INDEXER_PROJECTIONS,
     PARTITION_ROW,
@@ -44,6 +44,7 @@ from memstream.projections.ports import (
 )
 from memstream.workers.dead_letters import erased_dead_letters, is_purge_record, purged_sequences
 from memstream.workers.event_log import EventLog, LogEntry
+from memstream.workers.log_position import check_copy
 from memstream.workers.position import Demand, wanted_by
 from memstream.workers.pull import Puller, stream_sequence
 from memstream.workers.subjects import demand_subject, partition_filter
@@ -79,6 +80,8 @@ APPLY_SLICE = 0.0005
 STOP_DRAIN_SECONDS = 5.0
 # How long a projector waits before trying again to replace a damaged read model it could not.
 RENEW_RETRY = 5.0
+# Seconds between checks of a copy refused for being ahead of the log (a rebuild mends it).
+REFUSED_RECHECK = 5.0
 PROJECTOR_CONSUMER_PREFIX = "projector-"
 # A durable consumer at most this many stream sequences behind the read model is bound again
 # as it is (see ProjectorWorker._bind).
@@ -244,6 +247,13 @@ class ProjectorWorker:
         self._flush_timer: asyncio.TimerHandle | None = None
         self._waiting_for = 0  # the last sequence of a batch waiting for a hold to end
         self._closed = False
+        # The client's connection the copy was last checked against the log on: after a
+        # reconnection it is checked again (see check_log).
+        self._checked_on: int | None = None
+        # Set once the copy was found to stand on the log (or replaced because it did not).
+        self.checked = asyncio.Event()
+        # Why it stopped: a copy ahead of the log that it may not replace (see check_log).
+        self.refused: ReadModelAheadError | None = None
 
     @classmethod
     def open(
@@ -646,6 +656,8 @@ class ProjectorWorker:
                     await asyncio.sleep(RENEW_RETRY)
                     continue
                 await self._follow_copy()
+                if not await self.check_log():
+                    continue  # replaced: check the new copy
                 self._committed = self._durable = self.start_position() - 1
                 if self.on_commit:
                     self.on_commit(self._committed)
@@ -658,6 +670,13 @@ class ProjectorWorker:
                     await puller.close()
             except ReadModelRewound as rewound:
                 logger.info("projector %s: %s; re-binding", self.durable, rewound)
+            except ReadModelAheadError as refused:
+                # Said once; checked again now and then: a rebuild elsewhere mends it.
+                if self.refused is None or str(self.refused) != str(refused):
+                    logger.error("projector %s refuses to project: %s", self.durable, refused)
+                self.refused = refused
+                self.checked.set()
+                await self._sleep_unless_stopping(REFUSED_RECHECK)
             except asyncio.CancelledError:
                 raise
             except Exception as error:
@@ -667,6 +686,39 @@ class ProjectorWorker:
                     continue
                 logger.warning("projector %s lost NATS; retrying", self.durable, exc_info=True)
                 await asyncio.sleep(0.25)
+
+    async def check_log(self) -> bool:
+        """Check the copy against the log (:func:`~memstream.workers.log_position.check_copy`):
+        True when it stands on it. A copy ahead of the log (the log lost or replaced its tail)
+        that this projector can replace (a SQLite file) is marked damaged, to be moved aside
+        and rebuilt from the log: False.
+
+        Raises:
+            ReadModelAheadError: the copy is ahead of the log and shared (PostgreSQL): it is
+                refused, with the range and the command that rebuilds it.
+            UnavailableError: the log cannot be read.
+        """
+        connection = _connection_number(self.log)
+        gap = await check_copy(self.log, self.store.marks())
+        if gap is None:
+            if self.refused is not None:
+                logger.info("projector %s: the copy stands on the log again", self.durable)
+            self.refused = None
+            self._checked_on = connection
+            self.checked.set()
+            return True
+        if self.store.renewable:
+            self._damage = gap.describe()  # moved aside with one warning that names the range
+            return False
+        raise ReadModelAheadError(gap.refusal(f"copy {self.store.copy_id()}"))
+
+    def _reconnected(self) -> bool:
+        """Whether the client reconnected since the copy was last checked against the log."""
+        return self._checked_on is not None and _connection_number(self.log) != self._checked_on
+
+    async def _sleep_unless_stopping(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
 
     async def _listen_for_demand(self) -> Subscription | None:
         """Hear readers in other processes (see :class:`Demand`), when this projector lingers."""
@@ -713,6 +765,8 @@ class ProjectorWorker:
         while not self._stopping.is_set():
             if self._damage is not None:
                 raise ReadModelRewound(f"read model damaged ({self._damage})")
+            if self._reconnected():
+                raise ReadModelRewound("NATS reconnected: checking the copy against the log")
             try:
                 msgs: list[Msg] = await fetch(self.batch_size, timeout=0.5)
             except (TimeoutError, nats.errors.TimeoutError):
@@ -931,3 +985,8 @@ class ProjectorWorker:
                     )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+
+def _connection_number(log: EventLog) -> int:
+    """How many times the log's client has reconnected (0 for a client that does not say)."""
+    return int(getattr(log.client, "connection_number", 0))

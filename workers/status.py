@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import nats.errors
@@ -11,8 +12,10 @@ import nats.js.errors
 
 from memstream.domain.errors import InvalidInputError, NotFoundError, UnavailableError
 from memstream.projections.ports import INDEXER_PROJECTIONS, PROJECTIONS, ReadModels
+from memstream.workers.durability import ServerSync
 from memstream.workers.event_log import EventLog
 from memstream.workers.leases import lease_bucket
+from memstream.workers.log_position import check_copy
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,18 @@ class CopyStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaStatus:
+    """One server holding the stream, as its leader sees it: a replica that is offline or not
+    current (catching up, or refusing a damaged store) is named here."""
+
+    server: str
+    leader: bool
+    current: bool
+    offline: bool
+    lag: int
+
+
+@dataclass(frozen=True, slots=True)
 class PlatformStatus:
     """Everything ``memstream status`` shows."""
 
@@ -71,9 +86,26 @@ class PlatformStatus:
     projections: list[ProjectionStatus]
     dead_letter_count: int
     dead_letters: list[dict[str, object]]
+    # Where this copy stands on the log: a line naming the range when it is ahead of it.
+    log_gap: str | None = None
+    durability: list[ServerSync] = field(default_factory=list)
+    replicas: list[ReplicaStatus] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[str]:
+        """What is wrong, one line each (``status`` exits non-zero when there is any)."""
+        found = [] if self.log_gap is None else [self.log_gap]
+        found += [s.describe() for s in self.durability if s.durable is False]
+        found += [
+            f"stream replica {r.server} is {'offline' if r.offline else 'not current'}"
+            f" ({r.lag} operations behind)"
+            for r in self.replicas
+            if r.offline or not r.current
+        ]
+        return found
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "problems": self.problems}
 
 
 async def stream_status(log: EventLog) -> StreamStatus:
@@ -234,15 +266,45 @@ async def profiles_last_seq(log: EventLog) -> int:
     return await log.last_seq(f"{log.subject_prefix}.*.profile.*")
 
 
+async def replica_statuses(log: EventLog) -> list[ReplicaStatus]:
+    """The servers holding the stream (none for a stream on one server without a cluster).
+
+    Raises:
+        UnavailableError: NATS did not answer.
+    """
+    try:
+        info = await log.js.stream_info(log.stream)
+    except (nats.errors.Error, TimeoutError) as error:
+        raise UnavailableError(f"cannot read stream {log.stream!r}: {error!r}") from error
+    cluster = info.cluster
+    if cluster is None or not cluster.leader:
+        return []
+    found = [ReplicaStatus(str(cluster.leader), True, True, False, 0)]
+    for peer in cluster.replicas or []:
+        found.append(
+            ReplicaStatus(
+                str(peer.name), False, bool(peer.current), bool(peer.offline), int(peer.lag or 0)
+            )
+        )
+    return found
+
+
 async def platform_status(
-    log: EventLog, read_models: ReadModels, *, dead_letter_limit: int = 5
+    log: EventLog,
+    read_models: ReadModels,
+    *,
+    dead_letter_limit: int = 5,
+    durability: Sequence[ServerSync] = (),
 ) -> PlatformStatus:
-    """The stream, its consumers, projection lag and the last ``dead_letter_limit`` dead letters.
+    """The stream, its consumers, projection lag and the last ``dead_letter_limit`` dead
+    letters; where the copy stands on the log, the servers' fsync policy (``durability``, as
+    the caller could read it) and the stream's replicas.
 
     Raises:
         UnavailableError: NATS did not answer.
     """
     stream = await stream_status(log)
+    gap = await check_copy(log, read_models.marks())
     letters = read_models.dead_letters()
     consumers = await consumer_statuses(log)
     local = read_models.copy_id()
@@ -259,4 +321,7 @@ async def platform_status(
         ),
         dead_letter_count=len(letters),
         dead_letters=letters[-dead_letter_limit:] if dead_letter_limit > 0 else [],
+        log_gap=None if gap is None else gap.describe(),
+        durability=list(durability),
+        replicas=await replica_statuses(log),
     )

@@ -45,6 +45,7 @@ from memstream.projections.ports import (
     TrackingRows,
     advance,
     pending_for,
+    position_events,
 )
 from memstream.projections.postgres.analytics import purge_analytics, write_analytics
 from memstream.projections.postgres.context_writer import apply_context_writes
@@ -285,8 +286,8 @@ def ensure_tracking(
     every = [(row, name) for name in names for row in rows.every(name)]
     with connection.transaction():
         connection.execute(
-            "INSERT INTO tracking (projection, seq, version) "
-            "SELECT t.row, coalesce(o.seq, 0), t.version "
+            "INSERT INTO tracking (projection, seq, version, event) "
+            "SELECT t.row, coalesce(o.seq, 0), t.version, o.event "
             "FROM unnest(%s::text[], %s::text[], %s::int[]) AS t (row, name, version) "
             "LEFT JOIN tracking AS o ON o.projection = t.name AND t.row <> t.name "
             "ON CONFLICT DO NOTHING",
@@ -358,6 +359,9 @@ class PgBatchTransaction:
         self._memo = memo
         self._done = ProjectorStats()
         self._open = True
+        # The records applied, by sequence: the identities of those the positions end on are
+        # recorded with them.
+        self._records: dict[int, LogRecord] = {}
         try:
             with connection.pipeline():  # one round trip
                 connection.execute("BEGIN")
@@ -400,7 +404,9 @@ class PgBatchTransaction:
         done.attempts = stats.attempts
         if decoded is None:
             decoded = prepare(projections, entries)
+        records = self._records
         for entry in entries:
+            records[entry.seq] = entry
             pending = pending_for(projections, positions, rows, entry)
             if not pending:
                 done.skipped += 1
@@ -461,12 +467,17 @@ class PgBatchTransaction:
         try:
             self.expose()
             names = sorted(self._positions)
+            seqs = [self._positions[name] for name in names]
+            events = position_events(self._positions, self._records)
             with self._connection.pipeline():  # one round trip
+                # A row whose sequence did not move keeps the identity it had.
                 self._connection.execute(
-                    "UPDATE tracking AS t SET seq = p.seq "
-                    "FROM unnest(%s::text[], %s::bigint[]) AS p (projection, seq) "
+                    "UPDATE tracking AS t SET seq = p.seq, event = "
+                    "coalesce(p.event, CASE WHEN t.seq = p.seq THEN t.event END) "
+                    "FROM unnest(%s::text[], %s::bigint[], %s::text[]) "
+                    "AS p (projection, seq, event) "
                     "WHERE t.projection = p.projection",
-                    (names, [self._positions[name] for name in names]),
+                    (names, seqs, [events.get(seq) for seq in seqs]),
                     prepare=False,
                 )
                 self._connection.execute("COMMIT")

@@ -36,7 +36,7 @@ from memstream.projections.postgres.locks import PostgresProjectorLock
 from memstream.projections.postgres.memory_queries import PgMemoryQueries
 from memstream.projections.postgres.reads import PgReads
 from memstream.projections.postgres.registry_queries import PgRegistryQueries
-from memstream.projections.postgres.schema import copy_id, migrate, schema_version
+from memstream.projections.postgres.schema import copy_id, migrate, schema_version, tracked_marks
 from memstream.projections.postgres.session_queries import PgSessionQueries
 from memstream.projections.postgres.snapshots import (
     PgDocumentSnapshots,
@@ -108,6 +108,10 @@ class PostgresReadModels:
     def tracked_seq(self, projection: str) -> int:
         plain, partitions = self._tracking_rows(projection)
         return min(partitions.values()) if partitions else plain
+
+    def marks(self) -> list[tuple[str, int, str | None]]:
+        """See :meth:`~memstream.projections.ports.ReadModels.marks`."""
+        return tracked_marks(self.reads.connection)
 
     def tracked_partitions(self, projection: str) -> dict[int, int]:
         return self._tracking_rows(projection)[1]

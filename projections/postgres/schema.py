@@ -344,6 +344,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         DELETE FROM {SCHEMA}.tracking WHERE projection = 'analytics';
         """,
     ),
+    Migration(
+        7,
+        "the identity of the event at each tracked position (checked against the log)",
+        f"""
+        ALTER TABLE {SCHEMA}.tracking ADD COLUMN event TEXT;
+        """,
+    ),
 )
 # The text search configuration of every full-text column: English stemming (Snowball) without
 # a stop-word list, as SQLite's porter tokenizer indexes every word ("could you help" is a
@@ -402,6 +409,20 @@ def schema_version(connection: psycopg.Connection[tuple[object, ...]], url: str)
             return _current_version(connection, url)
     except psycopg.Error as error:
         raise unavailable(url, "cannot read the schema version of", error) from None
+
+
+def tracked_marks(
+    connection: psycopg.Connection[tuple[object, ...]],
+) -> list[tuple[str, int, str | None]]:
+    """Every tracking row past 0: its name, its sequence and the identity of the event there
+    (``None``: recorded before identities were)."""
+    rows = connection.execute(
+        f"SELECT projection, seq, event FROM {SCHEMA}.tracking WHERE seq > 0 ORDER BY projection"
+    ).fetchall()
+    return [
+        (str(name), int(str(seq)), None if event is None else str(event))
+        for name, seq, event in rows
+    ]
 
 
 def copy_id(connection: psycopg.Connection[tuple[object, ...]]) -> str:

@@ -39,7 +39,7 @@ from memstream.projections.postgres.batches import (
 )
 from memstream.projections.postgres.checksum import checksum, first_difference
 from memstream.projections.postgres.connection import SCHEMA, connect, describe, unavailable
-from memstream.projections.postgres.schema import copy_id, migrate
+from memstream.projections.postgres.schema import copy_id, migrate, tracked_marks
 from memstream.projections.postgres.vectors import enable_pgvector
 
 logger = logging.getLogger(__name__)
@@ -202,6 +202,10 @@ class PostgresReadModelStore:
     def track(self, rows: TrackingRows) -> None:
         ensure_tracking(self.connection, self._names, rows)
         self._rows = rows
+
+    def marks(self) -> list[tuple[str, int, str | None]]:
+        """See :meth:`~memstream.projections.ports.ReadModelStore.marks`."""
+        return tracked_marks(self.connection)
 
     def positions(self) -> dict[str, int]:
         """The last stream sequence each of its tracking rows committed (0: none)."""
@@ -378,7 +382,7 @@ def _empty(connection: Connection, projection: str) -> None:
     for table in PROJECTION_TABLES[projection]:
         connection.execute(f"DELETE FROM {table}")  # names from the table above, never input
     connection.execute(
-        "UPDATE tracking SET seq = 0, version = %s WHERE projection = %s "
+        "UPDATE tracking SET seq = 0, version = %s, event = NULL WHERE projection = %s "
         "OR starts_with(projection, %s)",
         (VERSIONS[projection], projection, projection + PARTITION_ROW),
     )

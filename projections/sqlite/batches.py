@@ -36,6 +36,7 @@ from memstream.projections.ports import (
     TrackingRows,
     advance,
     pending_for,
+    position_events,
     run_steps,
 )
 from memstream.projections.registry_writes import (
@@ -385,6 +386,7 @@ class BatchTransaction:
         "_open",
         "_positions",
         "_projections",
+        "_records",
         "_rows",
     )
 
@@ -406,6 +408,9 @@ class BatchTransaction:
         self._checkpointer = checkpointer
         self._done = ProjectorStats()
         self._open = False
+        # The last records applied, by sequence: the identities of those the positions end on
+        # are recorded with them.
+        self._records: dict[int, LogRecord] = {}
         with _translated():
             _begin_immediate(connection, wait)
             self._open = True
@@ -443,8 +448,10 @@ class BatchTransaction:
         done.attempts = stats.attempts
         if decoded is None:
             decoded = _prepare(projections, entries)
+        records = self._records
         try:
             for entry in entries:
+                records[entry.seq] = entry
                 pending = pending_for(projections, positions, rows, entry)
                 if not pending:
                     done.skipped += 1
@@ -522,7 +529,11 @@ class BatchTransaction:
         try:
             self.expose()
             with _translated():
-                set_tracked_seqs(self._connection, self._positions)
+                set_tracked_seqs(
+                    self._connection,
+                    self._positions,
+                    position_events(self._positions, self._records),
+                )
                 self._connection.execute("COMMIT")
         except BaseException:
             self.rollback()

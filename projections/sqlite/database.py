@@ -7,7 +7,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from memstream.domain.errors import ReadModelDamagedError, UnavailableError
@@ -22,7 +22,7 @@ from memstream.projections.sqlite.damage import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 17
 # ``PRAGMA application_id`` of a memstream read model ("MSDB"), set by migration
 # APPLICATION_ID_VERSION. A database at a lower version without it is an older memstream read
 # model; any other non-empty database without it is foreign.
@@ -442,6 +442,11 @@ _MIGRATIONS: dict[int, str] = {
     DELETE FROM dead_letters WHERE projection = 'analytics';
     DELETE FROM tracking WHERE projection = 'analytics';
     """,
+    # The identity of the event at each tracked sequence: a copy checks it against the log, so
+    # that a log that lost or replaced its tail is noticed (workers/log_position.py).
+    17: """
+    ALTER TABLE tracking ADD COLUMN event TEXT;
+    """,
 }
 
 # Tables each projection owns: dropped and rebuilt together by ``projections rebuild``.
@@ -754,16 +759,17 @@ def track_partitions(
     try:
         for projection in projections:
             plain = connection.execute(
-                "SELECT seq FROM tracking WHERE projection = ?", (projection,)
+                "SELECT seq, event FROM tracking WHERE projection = ?", (projection,)
             ).fetchone()
             connection.executemany(
-                "INSERT INTO tracking (projection, seq, version) VALUES (?, ?, ?) "
+                "INSERT INTO tracking (projection, seq, version, event) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (projection) DO NOTHING",
                 [
                     (
                         f"{projection}{PARTITION_ROW}{p}",
                         int(plain[0]) if plain else 0,
                         VERSIONS.get(projection, 1),
+                        plain[1] if plain else None,
                     )
                     for p in range(count)
                 ],
@@ -783,21 +789,40 @@ def tracked_seqs(connection: sqlite3.Connection, projections: list[str]) -> dict
     return positions
 
 
-def set_tracked_seqs(connection: sqlite3.Connection, positions: dict[str, int]) -> None:
+def set_tracked_seqs(
+    connection: sqlite3.Connection,
+    positions: dict[str, int],
+    events: Mapping[int, str] | None = None,
+) -> None:
     """Record each projection's processed sequence (inside the caller's transaction), in one
-    statement; a new row records the projection's version."""
+    statement, with the identity of the event there (``events``, by sequence: see
+    :meth:`~memstream.projections.ports.LogRecord.identity`); a row whose sequence did not
+    move keeps the identity it had. A new row records the projection's version."""
     if not positions:
         return
+    events = events or {}
     connection.execute(
-        "INSERT INTO tracking (projection, seq, version) VALUES "
-        + ", ".join(["(?, ?, ?)"] * len(positions))
-        + " ON CONFLICT (projection) DO UPDATE SET seq = excluded.seq",
+        "INSERT INTO tracking (projection, seq, version, event) VALUES "
+        + ", ".join(["(?, ?, ?, ?)"] * len(positions))
+        + " ON CONFLICT (projection) DO UPDATE SET seq = excluded.seq, event = "
+        "coalesce(excluded.event, CASE WHEN tracking.seq = excluded.seq THEN tracking.event END)",
         [
             value
             for name, seq in positions.items()
-            for value in (name, seq, VERSIONS.get(projection_of(name), 1))
+            for value in (name, seq, VERSIONS.get(projection_of(name), 1), events.get(seq))
         ],
     )
+
+
+def tracked_marks(connection: sqlite3.Connection) -> list[tuple[str, int, str | None]]:
+    """Every tracking row past 0: its name, its sequence and the identity of the event there
+    (``None``: recorded before identities were, or by a writer that had none)."""
+    return [
+        (str(name), int(seq), None if event is None else str(event))
+        for name, seq, event in connection.execute(
+            "SELECT projection, seq, event FROM tracking WHERE seq > 0 ORDER BY projection"
+        )
+    ]
 
 
 def tracked_versions(connection: sqlite3.Connection) -> dict[str, int]:
@@ -852,12 +877,22 @@ def renew_vectors_of_other_models(connection: sqlite3.Connection, model: str) ->
     return True
 
 
-def set_tracked_seq(connection: sqlite3.Connection, projection: str, seq: int) -> None:
-    """Record ``seq`` as processed (inside the caller's transaction)."""
+def set_tracked_seq(
+    connection: sqlite3.Connection, projection: str, seq: int, event: str | None = None
+) -> None:
+    """Record ``seq`` as processed, the event there being ``event`` (inside the caller's
+    transaction)."""
+    if event is None:  # (a statement any schema version takes)
+        connection.execute(
+            "INSERT INTO tracking (projection, seq) VALUES (?, ?) "
+            "ON CONFLICT (projection) DO UPDATE SET seq = excluded.seq",
+            (projection, seq),
+        )
+        return
     connection.execute(
-        "INSERT INTO tracking (projection, seq) VALUES (?, ?) "
-        "ON CONFLICT (projection) DO UPDATE SET seq = excluded.seq",
-        (projection, seq),
+        "INSERT INTO tracking (projection, seq, event) VALUES (?, ?, ?) "
+        "ON CONFLICT (projection) DO UPDATE SET seq = excluded.seq, event = excluded.event",
+        (projection, seq, event),
     )
 
 
@@ -916,11 +951,13 @@ def drop_projection(connection: sqlite3.Connection, projection: str) -> None:
         # Position 0, of this code's version: what is projected next is written by it.
         connection.execute(
             "INSERT INTO tracking (projection, seq, version) VALUES (?, 0, ?) "
-            "ON CONFLICT (projection) DO UPDATE SET seq = 0, version = excluded.version",
+            "ON CONFLICT (projection) DO UPDATE SET seq = 0, version = excluded.version, "
+            "event = NULL",
             (projection, VERSIONS.get(projection, 1)),
         )
         connection.execute(  # and each partition's
-            "UPDATE tracking SET seq = 0, version = ? WHERE substr(projection, 1, ?) = ?",
+            "UPDATE tracking SET seq = 0, version = ?, event = NULL "
+            "WHERE substr(projection, 1, ?) = ?",
             (VERSIONS.get(projection, 1), len(projection) + 1, projection + PARTITION_ROW),
         )
         connection.execute("DELETE FROM dead_letters WHERE projection = ?", (projection,))

@@ -62,6 +62,7 @@ from memstream.projections.sqlite.database import (
     renew_vectors_of_other_models,
     replace_damaged,
     track_partitions,
+    tracked_marks,
     tracked_partitions,
     tracked_seq,
     tracked_seqs,
@@ -150,6 +151,10 @@ class SqliteReadModelStore:
                 )
         self._memo.positions = None
         self._rows = rows
+
+    def marks(self) -> list[tuple[str, int, str | None]]:
+        with damage_translated():
+            return tracked_marks(self.connection)
 
     def positions(self) -> dict[str, int]:
         with damage_translated():
@@ -301,6 +306,10 @@ class SqliteReadModels:
     def tracked_partitions(self, projection: str) -> dict[int, int]:
         with damage_translated():
             return tracked_partitions(self.reads.current(), projection)
+
+    def marks(self) -> list[tuple[str, int, str | None]]:
+        with damage_translated():
+            return tracked_marks(self.reads.current())
 
     def tracked_seq(self, projection: str) -> int:
         with damage_translated():

@@ -1,0 +1,59 @@
+"""``memstream doctor``: check the deployment, say what is wrong and what mends it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from memstream.cli.context import connected, run, settings_of
+from memstream.cli.output import emit_json, note, stdout
+from memstream.workers.doctor import SAMPLE_SECONDS, Finding, diagnose
+from memstream.workers.status import platform_status
+
+
+def doctor(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+) -> None:
+    """Check the log servers' fsync policy, the read model against the log, dead letters, lag,
+    the stream's replicas and the servers' versions.
+
+    Prints each finding, and for each one that is wrong the command that mends it. Exits 0
+    when nothing is wrong, 1 when something is.
+
+    Example: memstream doctor --json
+    """
+    settings = settings_of(ctx)
+
+    async def main() -> list[Finding]:
+        async with connected(settings, workers=False, check_log=False) as ms:
+            durability = await ms.durability()
+            first = await platform_status(ms.log, ms.read_models, durability=durability)
+            await asyncio.sleep(SAMPLE_SECONDS if any(p.lag for p in first.projections) else 0)
+            second = await platform_status(ms.log, ms.read_models, durability=durability)
+            version = ms.client.connected_server_version
+            runtime = ms.runtime
+            return diagnose(
+                first,
+                second,
+                embedded=runtime is not None,
+                idle=runtime is not None and runtime.owner,
+                versions={"nats-server": str(version)},
+            )
+
+    findings = run(main())
+    wrong = [f for f in findings if not f.ok]
+    if as_json:
+        emit_json({"ok": not wrong, "findings": [f.as_json() for f in findings]})
+    else:
+        console = stdout()
+        for finding in findings:
+            mark = "ok  " if finding.ok else "FAIL"
+            console.print(f"{mark} {finding.check}: {finding.detail}", markup=False)
+            if finding.mend:
+                console.print(f"     mend: {finding.mend}", markup=False)
+    if wrong:
+        note(f"error: {len(wrong)} problem(s) found")
+        raise typer.Exit(1)
