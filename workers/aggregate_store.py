@@ -242,9 +242,12 @@ class AggregateStore(Generic[A]):
                     if early and early[0]:
                         self._cache.pop(subject, None)  # it holds events the log refused
                         continue
-                    if await self._replayed_if_ahead(subject, key, cached):
-                        continue
+                    before = cached.seq
                     await self._fast_forward(subject, cached)
+                    # Nothing after what it decided on, yet refused: decided past the log's
+                    # end for the subject (a snapshot of a copy ahead of the log)?
+                    if cached.seq == before and await self._replayed_if_ahead(subject, key, cached):
+                        continue
                     if attempt > 2:  # jitter, so that writers who lost together spread out
                         await asyncio.sleep(random.uniform(0, 0.0005 * 2 ** min(attempt, 5)))
                     continue

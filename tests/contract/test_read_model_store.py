@@ -115,6 +115,26 @@ class ReadModelStoreContract:
             PROJECTOR_PROJECTIONS
         )
 
+    def test_each_position_is_recorded_with_the_identity_of_the_event_there(
+        self, store: ReadModelStore, reader: ReadModels
+    ) -> None:
+        # Given three events applied, then two more of which "sessions" alone is dropped
+        log = RecordedLog()
+        entries = _conversation(log, count=5)
+        store.apply(entries[:3], ProjectorStats())
+        third = entries[2].identity()
+        assert reader.marks() == [(p, 3, third) for p in sorted(PROJECTOR_PROJECTIONS)]
+        # When a batch skips what it has seen and applies the rest
+        store.apply(entries[1:], ProjectorStats())
+        # Then each row records the event it ends on, the reader and the store alike
+        fifth = entries[4].identity()
+        assert store.marks() == [(p, 5, fifth) for p in sorted(PROJECTOR_PROJECTIONS)]
+        # and a dropped projection records none until it applies again
+        store.drop("sessions")
+        assert ("sessions", 5, fifth) not in store.marks()
+        store.apply(entries[:2], ProjectorStats())
+        assert ("sessions", 2, entries[1].identity()) in reader.marks()
+
     def test_every_event_type_is_applied(self, store: ReadModelStore, reader: ReadModels) -> None:
         log = RecordedLog()
         entries = log.record(every_event())

@@ -7,19 +7,21 @@ fsync, a restored backup or a cluster that lost its tail leaves behind.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.processes import clean_env, memstream
 
-from memstream import ReadModelAheadError
+from memstream import MemstreamError, ReadModelAheadError, UnavailableError
 from memstream.client import open_memstream
 from memstream.settings import Settings
 from memstream.workers.nats_server import NatsServerProcess, free_port
@@ -253,3 +255,75 @@ async def test_a_shared_postgresql_copy_ahead_of_the_log_is_refused_until_rebuil
             await ms.close()
     finally:
         server.stop()
+
+
+async def test_a_running_projector_checks_the_log_again_after_its_server_lost_its_tail(
+    tmp_path: Path,
+) -> None:
+    # Given a client projecting in-process from a server we control, 100 events in its log
+    port, store = free_port(), tmp_path / "nats-store"
+    server = NatsServerProcess.start(store, port=port, log_path=tmp_path / "nats.log")
+    settings = Settings(
+        data_dir=tmp_path / "data", nats_url=server.url, stream="L" + uuid.uuid4().hex[:12].upper()
+    )
+    ms = await open_memstream(settings, workers=True)
+    try:
+        session = ms.session("chat")
+        for i in range(100):
+            await session.append_message({"id": f"m{i}", "role": "user", "content": f"n {i}"})
+        server.stop()
+        shutil.copytree(store, tmp_path / "saved")
+        server = NatsServerProcess.start(store, port=port, log_path=tmp_path / "nats.log")
+        # and 50 more, projected
+        await _retry(lambda: session.append_message({"id": "m100", "role": "user", "content": "x"}))
+        for i in range(101, 150):
+            await session.append_message({"id": f"m{i}", "role": "user", "content": f"n {i}"})
+        assert len(await session.get_history()) == 150
+        # When its server restarts from a store that lost those 50 (the client reconnects)
+        server.stop()
+        _restore(tmp_path / "saved", store)
+        server = NatsServerProcess.start(store, port=port, log_path=tmp_path / "nats.log")
+        # and another client writes 60 events at the same sequences (another session)
+        other = await open_memstream(settings.with_(data_dir=tmp_path / "other"), workers=False)
+        try:
+            for i in range(60):
+                await other.session("new").append_message(
+                    {"id": f"n{i}", "role": "user", "content": f"n {i}"}
+                )
+        finally:
+            await other.close()
+
+        # Then the projector finds its copy ahead of the log, rebuilds it, and skips nothing
+        async def projected() -> bool:
+            chat = [m["id"] for m in await ms.session("chat").get_history()]
+            new = [m["id"] for m in await ms.session("new").get_history()]
+            return chat == _ids(0, 100) and new == [f"n{i}" for i in range(60)]
+
+        deadline = time.monotonic() + 30
+        while not await _quietly(projected):
+            assert time.monotonic() < deadline, "the copy was not rebuilt from the log"
+            await asyncio.sleep(0.1)
+        assert len(_moved_aside(settings.data_dir)) == 1
+    finally:
+        await ms.close()
+        server.stop()
+
+
+async def _retry(write: Callable[[], Awaitable[object]], timeout: float = 30) -> None:
+    """Run ``write`` until the log takes it (the client reconnects to a restarted server)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await write()
+            return
+        except UnavailableError:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+
+
+async def _quietly(check: Callable[[], Awaitable[bool]]) -> bool:
+    """``check()``, False while reads fail (the copy is being replaced)."""
+    try:
+        return await check()
+    except MemstreamError:
+        return False

@@ -12,6 +12,7 @@ from pathlib import Path
 import nats
 import pytest
 from nats.js import api
+from support.postgres import create_database, drop_database, server_url
 
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import InvalidInputError, ProjectionLagError
@@ -148,13 +149,21 @@ async def test_everything_reads_a_partitioned_stream(partitioned: Settings, tmp_
     for partitions in (0, 3):
         root = tmp_path / f"import-{partitions}"
         server = NatsServerProcess.start(root / "nats", log_path=root / "nats.log")
+        # A read-model copy belongs to one log: the other stream gets a database of its own (a
+        # copy that tracked events the new stream does not hold yet is refused).
+        database = None if partitioned.database_url is None else create_database(server_url())
         target = partitioned.with_(
-            nats_url=server.url, stream_partitions=partitions, data_dir=root / "data"
+            nats_url=server.url,
+            stream_partitions=partitions,
+            data_dir=root / "data",
+            database_url=database,
         )
         try:
             other = await open_memstream(target, workers=True)
         except BaseException:
             server.stop()
+            if database is not None:
+                drop_database(server_url(), database)
             raise
         try:
             result = await import_events(other.log, exported)
@@ -167,6 +176,8 @@ async def test_everything_reads_a_partitioned_stream(partitioned: Settings, tmp_
         finally:
             await other.close()
             server.stop()
+            if database is not None:
+                drop_database(server_url(), database)
 
 
 async def _verified(ms: Memstream) -> None:

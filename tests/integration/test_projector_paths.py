@@ -676,6 +676,8 @@ async def test_reads_here_see_writes_kept_open_that_other_connections_do_not_see
     writer = keeping
     projector = writer.projector
     assert projector is not None
+    # (and no delivered batch commits them for 30 s: another client's open takes a while)
+    projector.linger = 30.0
     session = writer.session("s")
     await turn(session, "m0")
     # When it appends and reads
