@@ -146,6 +146,10 @@ def rebuild_projections(
     )
 
 
+class _Ahead(Exception):
+    """The copy was ahead of the log: it differs from it (verify's exit status 1)."""
+
+
 @app.command("verify")
 def verify_projections(
     ctx: typer.Context,
@@ -162,15 +166,25 @@ def verify_projections(
     vectors to embed every text again and compare which items have vectors of which model).
     With --as-of SEQ the scratch state is built at SEQ; it is compared only with a live model
     that is at SEQ too. Exit status, for a
-    scheduler: 0 every checksum matches, 1 a checksum differs, 2 the check could not run (NATS
-    or the database unavailable, a damaged read model, the live model not caught up in time).
+    scheduler: 0 every checksum matches, 1 a checksum differs or the read model is ahead of the
+    log (it holds events the log lost), 2 the check could not run (NATS or the database
+    unavailable, a damaged read model, the live model not caught up in time).
 
     Example: memstream projections verify sessions --as-of 120
     """
     settings = settings_of(ctx)
 
     async def main() -> tuple[list[VerifyResult], dict[str, bool]]:
-        async with connected(settings) as ms:
+        async with connected(settings, check_log=False) as ms:
+            gap = ms.found_ahead
+            if gap is not None:
+                if ms.projector is not None and settings.database_url is None:
+                    # The embedded default's projector (this process's) moves it aside now.
+                    raise _Ahead(
+                        f"read model {ms.copy.location}: {gap.describe()}; it was moved aside "
+                        "and is rebuilt from the log"
+                    )
+                raise _Ahead(gap.refusal(ms.copy.location))
             encoder = ms.encoder if names and "vectors" in names else None
             chosen = names
             if not chosen and ms.analytics is not None:  # counted here: verified too
@@ -194,6 +208,9 @@ def verify_projections(
 
     try:
         results, comparable = run(main())
+    except _Ahead as ahead:
+        note(f"error: {redact(' '.join(str(ahead).split()))}")
+        raise typer.Exit(VERIFY_DIFFERS) from None
     except InvalidInputError:
         raise
     except MemstreamError as error:

@@ -67,7 +67,7 @@ from memstream.workers.event_log import (
 )
 from memstream.workers.extractor import ExtractorWorker
 from memstream.workers.indexer import LazyEncoder
-from memstream.workers.log_position import check_copy
+from memstream.workers.log_position import LogGap, check_copy
 from memstream.workers.metrics_hooks import hooks
 from memstream.workers.nats_server import CONFIG_FILE
 from memstream.workers.position import Demand, PositionWatch, encode_demand
@@ -146,6 +146,8 @@ class Memstream:
         # The log's end when this client connected: reads see at least that much (what earlier
         # processes wrote), as well as this client's own writes.
         self.connected_seq = 0
+        # The copy was ahead of the log when this client opened it (see check_against_log).
+        self.found_ahead: LogGap | None = None
         # On a partitioned stream (see TrackingRows): how many partitions, each partition's
         # last event when this client connected, and this client's last write to each.
         self.partitions = 0
@@ -752,18 +754,19 @@ class Memstream:
             )
         ]
 
-    async def check_against_log(self, *, healer: bool) -> None:
+    async def check_against_log(self, *, healer: bool, refuse: bool = True) -> None:
         """Refuse to serve a read-model copy ahead of the log (the log lost or replaced its
         tail: :mod:`memstream.workers.log_position`). A SQLite copy is moved aside and rebuilt
         by the projector of the process that owns it: that is this one when ``healer``, else
         this waits (up to the read timeout) for the owner to do it. A shared copy (PostgreSQL)
-        is never replaced by a client.
+        is never replaced by a client. What was found stays in :attr:`found_ahead`;
+        ``refuse=False`` only finds it (for the commands that report or mend it).
 
         Raises:
             ReadModelAheadError: the copy is ahead of the log (and was not rebuilt in time).
         """
-        gap = await check_copy(self.log, self.read_models.marks())
-        if gap is None:
+        gap = self.found_ahead = await check_copy(self.log, self.read_models.marks())
+        if gap is None or not refuse:
             return
         location = self.copy.location
         if self.settings.database_url is not None:
@@ -974,8 +977,7 @@ async def open_memstream(
     ms.partitions = await log.partitions()
     ms.connected_partitions = connected_partitions
     try:
-        if check_log:
-            await ms.check_against_log(healer=run_workers)
+        await ms.check_against_log(healer=run_workers, refuse=check_log)
     except BaseException:
         await ms.close()
         raise

@@ -25,7 +25,12 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import api
 
-from memstream.domain.errors import MemstreamError, ReadModelAheadError, ReadModelDamagedError
+from memstream.domain.errors import (
+    MemstreamError,
+    ProjectorRunningError,
+    ReadModelAheadError,
+    ReadModelDamagedError,
+)
 from memstream.projections.ports import (
     INDEXER_PROJECTIONS,
     PARTITION_ROW,
@@ -197,6 +202,7 @@ class ProjectorWorker:
         thread_bytes: int | None = None,
         thread_events: int = THREAD_EVENTS,
         in_thread: bool = False,
+        reclaim: Callable[[], CopyLock] | None = None,
     ) -> None:
         self.log = log
         self.store = store
@@ -205,6 +211,8 @@ class ProjectorWorker:
         )
         self._named_by_copy = durable is None
         self.lock = lock
+        # Takes the copy's locks again when they were lost (see _hold_lock).
+        self._reclaim = reclaim
         self.batch_size = batch_size
         self.on_commit = on_commit
         self.demand = demand
@@ -275,12 +283,13 @@ class ProjectorWorker:
         """
         rows: TrackingRows | None = options.pop("rows", None)
         partition = None if rows is None else only_partition(rows)
-        lock = options.pop("lock", None) or claim_copy(
-            copy,
+        names = (
             projections
             if partition is None
-            else [f"{n}{PARTITION_ROW}{partition}" for n in projections],
+            else [f"{n}{PARTITION_ROW}{partition}" for n in projections]
         )
+        lock = options.pop("lock", None) or claim_copy(copy, names)
+        options.setdefault("reclaim", lambda: claim_copy(copy, names))
         encoder = options.pop("encoder", None)  # the vectors projection's model
         try:
             # Moves a damaged one aside.
@@ -670,6 +679,9 @@ class ProjectorWorker:
                     await puller.close()
             except ReadModelRewound as rewound:
                 logger.info("projector %s: %s; re-binding", self.durable, rewound)
+            except ProjectorRunningError as taken:
+                logger.error("projector %s stops: %s", self.durable, taken)
+                return
             except ReadModelAheadError as refused:
                 # Said once; checked again now and then: a rebuild elsewhere mends it.
                 if self.refused is None or str(self.refused) != str(refused):
@@ -985,6 +997,32 @@ class ProjectorWorker:
                     )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+                self._hold_lock()
+
+    def _hold_lock(self) -> None:
+        """Take the copy's projector locks again if they were lost (a PostgreSQL server that
+        restarted freed them with its connections): else a second projector could start.
+
+        Raises:
+            ProjectorRunningError: another projector took them meanwhile (this one stops).
+        """
+        lock = self.lock
+        if lock is None or self._reclaim is None or lock.held:
+            return
+        try:
+            fresh = self._reclaim()
+        except ProjectorRunningError:
+            raise
+        except MemstreamError as error:  # the database is still away: tried after each failure
+            logger.warning("projector %s cannot take its copy's locks yet: %s", self.durable, error)
+            return
+        logger.warning(
+            "projector %s lost the locks of its read-model copy (its database restarted?); "
+            "took them again",
+            self.durable,
+        )
+        lock.release()
+        self.lock = fresh
 
 
 def _connection_number(log: EventLog) -> int:

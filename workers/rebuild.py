@@ -10,7 +10,7 @@ from typing import NoReturn
 import nats.js.errors
 from nats.js import api
 
-from memstream.domain.errors import ReadModelDamagedError, UnavailableError
+from memstream.domain.errors import ReadModelAheadError, ReadModelDamagedError, UnavailableError
 from memstream.projections.ports import (
     MODEL_FREE_PROJECTIONS,
     PARTITIONABLE,
@@ -26,6 +26,7 @@ from memstream.projections.ports import (
 )
 from memstream.workers.dead_letters import forget_erased_dead_letters
 from memstream.workers.event_log import TRANSIENT_ERRORS, EventLog, LogEntry
+from memstream.workers.log_position import check_copy
 from memstream.workers.projector import consumed_subjects, projector_consumer
 from memstream.workers.pull import Puller, stream_sequence
 
@@ -178,12 +179,17 @@ async def verify(
     ``encoder``) that a worker projects for this copy (it has their durable consumer: an
     analytics worker may never have run for it).
     Without ``as_of``, compares at the stream's end (waiting for the live projector to reach it).
+    A live copy ahead of the log raises :class:`ReadModelAheadError`: it holds what the log
+    lost, whatever its checksums say.
     With ``as_of``, only builds the scratch state at that sequence and reports its checksum
     (``live`` is the live checksum, comparable only when the live model is at that sequence).
     """
     every = _every(encoder)
     live = copy.store(select_projections(names, every), repair=False, encoder=encoder)
     try:
+        gap = await check_copy(log, live.marks())
+        if gap is not None:
+            raise ReadModelAheadError(gap.refusal(copy.location))
         if names:
             selected = list(live.projections)
         else:  # what this copy maintains: an analytics worker may never have run for it

@@ -152,6 +152,9 @@ class PgSessionRows:
         self.positions: dict[tuple[str, str], tuple[int, int]] = {}  # (seq, version)
 
     def forget(self) -> None:
+        # Reserved row ids too: a sequence may hand out again what a transaction that never
+        # committed took, when the server crashed before it logged them.
+        self.mids.clear()
         self.sids.clear()
         self.tips.clear()
         self.held.clear()

@@ -205,7 +205,10 @@ class PostgresReadModelStore:
 
     def marks(self) -> list[tuple[str, int, str | None]]:
         """See :meth:`~memstream.projections.ports.ReadModelStore.marks`."""
-        return tracked_marks(self.connection)
+        try:
+            return tracked_marks(self.connection)
+        except psycopg.OperationalError as error:
+            raise self._unavailable(error) from None
 
     def positions(self) -> dict[str, int]:
         """The last stream sequence each of its tracking rows committed (0: none)."""

@@ -240,7 +240,7 @@ async def test_a_shared_postgresql_copy_ahead_of_the_log_is_refused_until_rebuil
             MEMSTREAM_DATABASE_URL=postgres_url,
             MEMSTREAM_DATA_DIR=str(settings.data_dir),
         )
-        verified = memstream(env, "projections", "verify", expect=2)
+        verified = memstream(env, "projections", "verify", expect=1)
         assert "read model ahead of the log: tracked 150" in verified.stderr
 
         # When the operator rebuilds it
@@ -327,3 +327,22 @@ async def _quietly(check: Callable[[], Awaitable[bool]]) -> bool:
         return await check()
     except MemstreamError:
         return False
+
+
+def test_verify_reports_a_copy_ahead_of_the_log_and_exits_non_zero(tmp_path: Path) -> None:
+    # Given a data dir whose log lost its last 50 events after they were projected
+    data = tmp_path / "data"
+    env = clean_env(MEMSTREAM_DATA_DIR=str(data))
+    _run(env, "append", "chat", "0", "100")
+    saved = tmp_path / "saved-nats"
+    shutil.copytree(data / "nats", saved)
+    _run(env, "append", "chat", "100", "50")
+    _restore(saved, data / "nats")
+    # When verify runs (it owns the data dir: its projector rebuilds the copy meanwhile)
+    verified = memstream(env, "projections", "verify", expect=1)
+    # Then it says what it found, and that the copy is rebuilt
+    assert "read model ahead of the log: tracked 150, log ends at 100" in verified.stderr
+    assert "moved aside and is rebuilt from the log" in verified.stderr
+    # and the next verify finds the rebuilt copy equal to the log
+    memstream(env, "projections", "verify")
+    assert _run(env, "history", "chat")[0] == _ids(0, 100)
