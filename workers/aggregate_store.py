@@ -52,6 +52,12 @@ R_co = TypeVar("R_co", covariant=True)
 # wait for several of their bursts; measured up to ~4 s with 8 writers on one session here).
 RETRY_SECONDS = 15.0
 CACHE_SIZE = 256
+# A writer that lost a race reads the winner's events before it retries, while the winner can go
+# on at once: under contention the same writers kept winning, and one that lost could lose for
+# longer than RETRY_SECONDS (8 writers on one session, each write synced to disk). So for a
+# while after a subject was contended here, a new command on it waits up to this long first.
+COURTESY_SECONDS = 0.002
+CONTENDED_SECONDS = 1.0
 # Decisions on a kept aggregate between two readings of its snapshot: in between, lookups check
 # the snapshot's position themselves (one statement each, no read transaction).
 GUARDED_DECISIONS = 32
@@ -164,6 +170,8 @@ class AggregateStore(Generic[A]):
         self._cache: OrderedDict[str, _Cached[A]] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
         self._cache_size = cache_size
+        # Subjects this store lost a race on lately, until when (see COURTESY_SECONDS).
+        self._contended: dict[str, float] = {}
 
     def without_snapshots(self) -> AggregateStore[A]:
         """A store of the same aggregates that replays them from the log (nothing cached)."""
@@ -189,9 +197,14 @@ class AggregateStore(Generic[A]):
         meta = meta or CommandMeta()
         lock = self._locks.setdefault(subject, asyncio.Lock())
         async with lock:
-            deadline = asyncio.get_running_loop().time() + self.retry_seconds
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.retry_seconds
+            if self._contended.get(subject, 0.0) > loop.time():
+                # Others write this subject too: let a writer that lost to this one go first
+                # (it has to read what won before it can retry; this one need not).
+                await asyncio.sleep(random.uniform(0, COURTESY_SECONDS))
             attempt = 0
-            while asyncio.get_running_loop().time() < deadline or attempt < 3:
+            while loop.time() < deadline or attempt < 3:
                 attempt += 1
                 await self._load(subject, key)
                 cached, events, value, refusal, command_id = self._decide(subject, key, decide)
@@ -248,8 +261,7 @@ class AggregateStore(Generic[A]):
                     # end for the subject (a snapshot of a copy ahead of the log)?
                     if cached.seq == before and await self._replayed_if_ahead(subject, key, cached):
                         continue
-                    if attempt > 2:  # jitter, so that writers who lost together spread out
-                        await asyncio.sleep(random.uniform(0, 0.0005 * 2 ** min(attempt, 5)))
+                    self._mark_contended(subject, loop.time())
                     continue
                 except BaseException:
                     if speculation is not None:
@@ -287,6 +299,14 @@ class AggregateStore(Generic[A]):
             f"{subject} changed under the command {attempt} times in "
             f"{self.retry_seconds:g} s; giving up"
         )
+
+    def _mark_contended(self, subject: str, now: float) -> None:
+        """Remember that ``subject`` was contended here (for COURTESY_SECONDS)."""
+        contended = self._contended
+        contended[subject] = now + CONTENDED_SECONDS
+        if len(contended) > self._cache_size:  # forget the subjects no longer contended
+            for stale in [s for s, until in contended.items() if until <= now]:
+                del contended[stale]
 
     async def inspect(self, subject: str, key: str, view: Callable[[A], T]) -> T:
         """``view(aggregate)`` on the aggregate as of the log's current end (for decisions and
