@@ -9,6 +9,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from support.processes import clean_env, memstream
 
 from memstream.client import open_memstream
 from memstream.domain.errors import InvalidInputError
@@ -19,6 +20,7 @@ from memstream.workers.nats_server import (
     free_port,
     nats_server_binary,
     port_open,
+    sync_config,
 )
 
 
@@ -90,3 +92,46 @@ async def test_the_embedded_server_of_a_data_dir_syncs_always(tmp_path: Path) ->
         assert seen["sync_always"] is True
     finally:
         await ms.close()
+
+
+@pytest.mark.parametrize(("sync", "durable"), [("always", True), ("30s", False)])
+def test_status_reads_an_external_servers_policy_and_fails_on_a_lazy_one(
+    tmp_path: Path, sync: str, durable: bool
+) -> None:
+    # Given an external server with a monitoring endpoint, syncing as ``sync`` says
+    config = tmp_path / "nats.conf"
+    config.write_text(sync_config(sync))
+    port, monitor = free_port(), free_port()
+    command = [nats_server_binary(), "-c", str(config), "-js", "-a", "127.0.0.1"]
+    command += ["-p", str(port), "-m", str(monitor), "-sd", str(tmp_path / "store")]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        while not (port_open(port) and port_open(monitor)):
+            assert process.poll() is None
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        env = clean_env(
+            MEMSTREAM_NATS_URL=f"nats://127.0.0.1:{port}",
+            MEMSTREAM_NATS_MONITOR_URL=f"http://127.0.0.1:{monitor}",
+            MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
+        )
+        # When status looks at it
+        done = memstream(env, "status", "--json", expect=0 if durable else 1)
+    finally:
+        process.kill()
+        process.wait()
+    # Then it shows the server's policy, read from the server itself
+    report = json.loads(done.stdout)
+    [server] = report["durability"]
+    assert server["policy"] == ("always" if durable else "30s")
+    assert server["source"] == f"http://127.0.0.1:{monitor}/varz"
+    # and a lazy one is a problem it names
+    assert bool(report["problems"]) is not durable
+    if not durable:
+        assert "sync_interval 30s" in done.stderr
+
+
+def test_a_monitoring_url_that_is_not_http_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="MEMSTREAM_NATS_MONITOR_URL"):
+        Settings.from_env({"MEMSTREAM_NATS_MONITOR_URL": "file:///etc/passwd"})
