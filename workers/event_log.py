@@ -45,6 +45,9 @@ from memstream.workers.subjects import (
 logger = logging.getLogger(__name__)
 
 WRONG_LAST_SEQUENCE = 10071
+# What a replicated stream answers instead while another write to the same subject with an
+# expected last sequence is still being stored (nats.py's KV treats it as 10071 too).
+WRONG_LAST_SEQUENCE_IN_PROCESS = 10164
 NO_SUITABLE_PEERS = 10005  # a replicated stream's servers are not all up (or do not exist)
 # The stream leader is storing a message with the same Nats-Msg-Id right now: a client sent it
 # again (after a reconnect) before the first copy's acknowledgement.
@@ -246,7 +249,7 @@ def _pub_ack(subject: str, reply: Msg) -> PublishResult:
         raise UnavailableError(f"no JetStream stream acknowledged the write to {subject}")
     error = body.get("error")
     if error:
-        if error.get("err_code") == WRONG_LAST_SEQUENCE:
+        if error.get("err_code") in (WRONG_LAST_SEQUENCE, WRONG_LAST_SEQUENCE_IN_PROCESS):
             raise ExpectedSequenceMismatch(error.get("description", ""))
         if error.get("err_code") == DUPLICATE_IN_PROCESS:
             raise StillStoringError(

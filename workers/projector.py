@@ -765,6 +765,33 @@ class ProjectorWorker:
         finally:
             await self._ack_pending()
 
+    async def _check_no_gap(self, first: int) -> None:
+        """Make sure the consumer skipped no event of ours before ``first``: deliveries in
+        flight when its leader moved to another server come again only after the ack wait,
+        and acknowledging a later one (AckPolicy.ALL) would acknowledge them unapplied. When it
+        did, the consumer is made anew at the first event not applied.
+
+        Raises:
+            ReadModelRewound: it skipped some (this projector binds again).
+        """
+        expected = self._committed + 1
+        if first <= expected:
+            return
+        entries, _ = await self.log.read_batch(self.filter_subject, expected, batch=1)
+        if not entries or entries[0].seq >= first:
+            return  # nothing of ours in between (other subjects, or erased events)
+        logger.warning(
+            "projector %s: its consumer delivered %d before %d (deliveries lost when its "
+            "leader moved?); making it anew from %d",
+            self.durable,
+            first,
+            entries[0].seq,
+            expected,
+        )
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await self.log.js.delete_consumer(self.log.stream, self.durable)
+        raise ReadModelRewound(f"consumer skipped events from {entries[0].seq}")
+
     async def _ack_pending(self) -> None:
         """Acknowledge the last committed message, if that is still to be done."""
         unacked, self._unacked = self._unacked, None
@@ -786,6 +813,7 @@ class ProjectorWorker:
                 continue
             if not msgs:
                 continue
+            await self._check_no_gap(stream_sequence(msgs[0]))
             self._batch_done = done = asyncio.Event()
             # No writer's events are held from now until the batch is applied, unless their
             # commit covers it (hold_own).
