@@ -15,10 +15,10 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from support.partition_client import open_when_placed
 
 import memstream
 from memstream import InvalidInputError, Memstream, UnavailableError
-from memstream.client import open_memstream
 from memstream.domain.session import SessionAggregate
 from memstream.settings import Settings
 from memstream.workers.nats_server import (
@@ -100,19 +100,6 @@ def _servers(nodes: list[Node]) -> str:
     return ",".join(node.url for node in nodes)
 
 
-async def _open(settings: Settings, *, workers: bool) -> Memstream:
-    """Connect once the cluster can place the stream: it has elected a JetStream meta leader
-    that knows enough servers (until then connecting fails with UnavailableError)."""
-    deadline = time.monotonic() + FORMING_TIMEOUT
-    while True:
-        try:
-            return await open_memstream(settings, workers=workers)
-        except UnavailableError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.1)
-
-
 async def _verify(ms: Memstream) -> list[VerifyResult]:
     """:func:`verify`, tried again (bounded) while the rebuild's consumer cannot be created:
     right after a server dies, the cluster may take seconds to answer that request (an
@@ -163,7 +150,7 @@ async def test_a_replicated_stream_loses_its_leader_and_no_acknowledged_write(
         stream_replicas=3,
         read_timeout=READ_TIMEOUT,
     )
-    ms = await _open(settings, workers=True)
+    ms = await open_when_placed(settings, workers=True)
     try:
         info = await ms.log.js.stream_info(stream)
         assert info.config.num_replicas == 3
@@ -267,7 +254,7 @@ async def test_a_stream_with_fewer_replicas_is_scaled_up(
     # Given a stream made with one replica on the cluster, holding a message
     stream = "C" + uuid.uuid4().hex[:12].upper()
     single = Settings(data_dir=tmp_path / "one", nats_url=_servers(cluster), stream=stream)
-    ms = await _open(single, workers=False)
+    ms = await open_when_placed(single, workers=False)
     try:
         await ms.session("s").append_message(_message(1))
         assert (await ms.log.js.stream_info(stream)).config.num_replicas == 1
