@@ -47,6 +47,12 @@ class ReadModelAheadError(ReadModelDamagedError):
     ``memstream projections rebuild``)."""
 
 
+class LogGapError(UnavailableError):
+    """The log served an aggregate's events with versions missing in between: the copy of the
+    stream that answered lost events it had acknowledged (a server's damaged store files, for
+    one). Nothing is decided on it; ``memstream doctor`` names the servers and their state."""
+
+
 class ReadModelUnavailableError(UnavailableError):
     """The read-model database cannot be reached (a PostgreSQL server down or unreachable).
     Writes go on (decided on the aggregate's events in the log); reads fail with it until the

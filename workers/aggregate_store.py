@@ -29,9 +29,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from eventsourcing.domain import Aggregate
+from eventsourcing.domain import Aggregate, OriginatorVersionError
 
-from memstream.domain.errors import ConcurrencyError, MemstreamError
+from memstream.domain.errors import ConcurrencyError, LogGapError, MemstreamError
 from memstream.domain.message_index import StoredMessagesMoved
 from memstream.projections.ports import Snapshot, SnapshotSource
 from memstream.workers.codec import CommandMeta, decode_event, encode_event
@@ -207,7 +207,11 @@ class AggregateStore(Generic[A]):
             while loop.time() < deadline or attempt < 3:
                 attempt += 1
                 await self._load(subject, key)
-                cached, events, value, refusal, command_id = self._decide(subject, key, decide)
+                try:
+                    cached, events, value, refusal, command_id = self._decide(subject, key, decide)
+                except OriginatorVersionError as error:
+                    await self._replayed_after_gap(subject, key, error)
+                    continue
                 if refusal is not None:
                     # A refusal may come from a stale cache (another writer moved on).
                     if await self._caught_up(subject, key, cached):
@@ -473,6 +477,31 @@ class AggregateStore(Generic[A]):
         replayed = self._remember(subject, _Cached(self._empty(key), 0, replayed=True))
         await self._fast_forward(subject, replayed)
         return True
+
+    async def _replayed_after_gap(
+        self, subject: str, key: str, error: OriginatorVersionError
+    ) -> None:
+        """An event did not follow the aggregate's version. Once, the aggregate is replayed from
+        the log alone (what was cached or restored may be what is wrong); when the log's own
+        events skip versions, that is named.
+
+        Raises:
+            LogGapError: the aggregate was replayed from the log and its events still skip.
+        """
+        cached = self._cache.pop(subject, None)
+        if cached is not None and cached.replayed:
+            found, due = (*error.args, None, None)[:2]
+            raise LogGapError(
+                f"{subject}: the log serves the aggregate's event version {found} where "
+                f"version {due} is due: events acknowledged earlier are missing from the copy "
+                f"of the stream that answered (a server's damaged store?); nothing was "
+                f"decided. `memstream doctor` shows the stream's servers; a damaged copy is "
+                f"copied anew from the others after `nats stream cluster peer-remove "
+                f"<stream> <server>`"
+            ) from error
+        logger.warning("%s: %s; replaying the aggregate from the log", subject, error)
+        replayed = self._remember(subject, _Cached(self._empty(key), 0, replayed=True))
+        await self._fast_forward(subject, replayed)
 
     async def _fast_forward(self, subject: str, cached: _Cached[A]) -> None:
         """Read the subject's events after ``cached.seq``; they are applied at the next

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from support.processes import clean_env, memstream
 
-from memstream import MemstreamError, ReadModelAheadError, UnavailableError
+from memstream import LogGapError, MemstreamError, ReadModelAheadError, UnavailableError
 from memstream.client import open_memstream
 from memstream.settings import Settings
 from memstream.workers.nats_server import NatsServerProcess, free_port
@@ -346,3 +346,39 @@ def test_verify_reports_a_copy_ahead_of_the_log_and_exits_non_zero(tmp_path: Pat
     # and the next verify finds the rebuilt copy equal to the log
     memstream(env, "projections", "verify")
     assert _run(env, "history", "chat")[0] == _ids(0, 100)
+
+
+async def test_a_log_that_serves_a_session_with_a_hole_is_named_and_nothing_decided(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # Given a session of 5 messages in the log, and a copy of the stream that no longer holds
+    # the third (what a server that lost acknowledged events to a damaged store serves)
+    writer = await open_memstream(settings, workers=False)
+    try:
+        for i in range(5):
+            await writer.session("chat").append_message(
+                {"id": f"m{i}", "role": "user", "content": "x"}
+            )
+        entries = [e async for e in writer.log.read_subject(writer.session_subject("chat"))]
+        await writer.log.js.delete_msg(writer.log.stream, entries[2].seq)
+        last = entries[-1].seq
+    finally:
+        await writer.close()
+    # When a new client (no cache, no read model) appends to the session
+    reader = await open_memstream(settings.with_(data_dir=tmp_path / "other"), workers=False)
+    try:
+        started = time.monotonic()
+        with pytest.raises(LogGapError) as raised:
+            await reader.session("chat").append_message(
+                {"id": "m5", "role": "user", "content": "x"}
+            )
+        # Then the hole is named at once (no retry loop): the subject and the versions
+        assert time.monotonic() - started < 5
+        message = str(raised.value)
+        assert reader.session_subject("chat") in message
+        assert "version 4 where version 3 is due" in message
+        assert "memstream doctor" in message
+        # and nothing was decided on it
+        assert await reader.log.last_seq(reader.session_subject("chat")) == last
+    finally:
+        await reader.close()
