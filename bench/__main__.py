@@ -29,6 +29,7 @@ from memstream.workers.nats_server import nats_server_binary
 BENCHMARKS = (
     "append",
     "batch",
+    "durability",
     "rebuild",
     "read_your_writes",
     "history",

@@ -7,6 +7,10 @@ then a recursive-CTE walk from the new leaf to the root with every message's JSO
 read model and the read). Its WAL checkpoints run in a thread, as the projector's do. Ours:
 ``Session.append_message`` and ``Session.get_history`` with the projector in this process (the
 embedded default), so the read waits for the projection of the write.
+
+Both run on a nats-server that syncs every write before acknowledging it (``sync_interval:
+always``, memstream's default), then on one with nats-server's own lazy default (``2m``), the
+floor publishing to the same server as ours each time.
 """
 
 from __future__ import annotations
@@ -19,11 +23,23 @@ from typing import Any, Protocol
 
 from nats.js import JetStreamContext
 
-from bench.harness import RAW_SUBJECT, Row, bench_env, median, paired_ratio, raw_stream
+from bench.harness import (
+    LAZY_SYNC,
+    RAW_SUBJECT,
+    SYNCS,
+    Row,
+    bench_env,
+    median,
+    ms,
+    paired_ratio,
+    raw_stream,
+    sync_name,
+)
 from bench.payloads import MessageFactory, payload
 from memstream.client import Memstream
 from memstream.projections.sqlite.checkpointer import Checkpointer, defer_checkpoints
 from memstream.session import Session
+from memstream.workers.nats_server import SYNC_ALWAYS
 
 NAME = "agent_loop"
 TITLE = "agent loop: append one message, read the history (50 sessions)"
@@ -137,7 +153,7 @@ async def compare(memstream: Memstream, floor: Steps) -> tuple[list[float], list
     return ours, base
 
 
-def result(title: str, target: float, ours: list[float], base: list[float]) -> Row:
+def result(title: str, target: float, ours: list[float], base: list[float], notes: str = "") -> Row:
     ratio = paired_ratio(ours, base)
     return Row(
         title,
@@ -146,22 +162,55 @@ def result(title: str, target: float, ours: list[float], base: list[float]) -> R
         f"{ratio:.2f}×",
         f"≥ {target}×",
         ratio >= target,
-        f"medians of {ROUNDS} interleaved rounds of {STEPS_PER_ROUND} steps (alternating which "
-        f"goes first), ratio the median of per-round ratios; messages of 200-500 bytes of text; "
-        f"histories grow to {(ROUNDS * STEPS_PER_ROUND) // SESSIONS + 1} messages; rounds ours "
-        f"{', '.join(f'{x:,.0f}' for x in ours)} / floor {', '.join(f'{x:,.0f}' for x in base)}",
+        f"{notes}medians of {ROUNDS} interleaved rounds of {STEPS_PER_ROUND} steps (alternating "
+        f"which goes first), ratio the median of per-round ratios; messages of 200-500 bytes of "
+        f"text; histories grow to {(ROUNDS * STEPS_PER_ROUND) // SESSIONS + 1} messages; rounds "
+        f"ours {', '.join(f'{x:,.0f}' for x in ours)} / floor "
+        f"{', '.join(f'{x:,.0f}' for x in base)}",
     )
 
 
-async def run() -> Row:
-    async with bench_env(NAME) as env:
-        memstream = await env.memstream()
-        raw = await env.raw_client()
-        floor = Floor(await raw_stream(raw), env.root / "floor.db")
-        try:
-            ours, base = await compare(memstream, floor)
-        finally:
-            floor.close()
-            await raw.close()
-            await memstream.close()
-    return result(TITLE, TARGET, ours, base)
+def durability(
+    synced: tuple[list[float], list[float]], lazy: tuple[list[float], list[float]]
+) -> str:
+    """What syncing every write costs the loop: steps/s lazy → always and the time it adds to
+    a step (difference of the median times per step), ours and the floor's."""
+    parts = []
+    for name, always, relaxed in (("ours", synced[0], lazy[0]), ("floor", synced[1], lazy[1])):
+        added = 1 / median(always) - 1 / median(relaxed)
+        parts.append(
+            f"{name} {median(relaxed):,.0f} → {median(always):,.0f} steps/s (+{ms(added)} a "
+            f"step, {median(relaxed) / median(always):.1f}× slower)"
+        )
+    return "; ".join(parts)
+
+
+async def run() -> list[Row]:
+    figures: dict[str, tuple[list[float], list[float]]] = {}
+    for sync in SYNCS:
+        async with bench_env(NAME, sync=sync) as env:
+            memstream = await env.memstream()
+            raw = await env.raw_client()
+            floor = Floor(await raw_stream(raw), env.root / "floor.db")
+            try:
+                figures[sync] = await compare(memstream, floor)
+            finally:
+                floor.close()
+                await raw.close()
+                await memstream.close()
+    cost = durability(figures[SYNC_ALWAYS], figures[LAZY_SYNC])
+    return [
+        result(
+            TITLE,
+            TARGET,
+            *figures[SYNC_ALWAYS],
+            f"nats-server {sync_name(SYNC_ALWAYS)} (memstream's default) for ours and the "
+            f"floor; what syncing every write costs (always vs {LAZY_SYNC}): {cost}; ",
+        ),
+        result(
+            f"{TITLE}, {sync_name(LAZY_SYNC)}",
+            TARGET,
+            *figures[LAZY_SYNC],
+            f"nats-server {sync_name(LAZY_SYNC)} (nats-server's default) for ours and the floor; ",
+        ),
+    ]

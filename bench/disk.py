@@ -19,6 +19,7 @@ from bench.harness import Row, bench_env, raw_stream
 from bench.payloads import MessageFactory
 from memstream.domain.messages import encode_message, normalize_message
 from memstream.domain.session import SessionAggregate
+from memstream.projections.sqlite.store import SqliteReadModelStore
 from memstream.workers.codec import H_EXPECTED_LAST_SUBJECT_SEQ, CommandMeta, _encode_stored
 
 NAME = "disk"
@@ -61,7 +62,9 @@ async def run() -> Row:
             await _legacy(js, messages)
             legacy_info = await js.stream_info(STREAM)
             assert ms.projector is not None
-            ms.projector.store.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            store = ms.projector.store
+            assert isinstance(store, SqliteReadModelStore)
+            store.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         finally:
             await raw.close()
             await ms.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -17,11 +18,16 @@ from nats.js import JetStreamContext, api
 
 from memstream.client import Memstream, open_memstream
 from memstream.settings import Settings
-from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.nats_server import SYNC_ALWAYS, NatsServerProcess
 
 RAW_STREAM = "RAW"
 RAW_SUBJECT = "raw.bench"
 ACK_TIMEOUT = 10.0  # every wait on an acknowledgement is bounded
+# JetStream's fsync policies the write benchmarks compare: memstream's default (a write is on
+# disk before the server acknowledges it) and nats-server's own default interval (it
+# acknowledges first and syncs every 2 minutes).
+LAZY_SYNC = "2m"
+SYNCS = (SYNC_ALWAYS, LAZY_SYNC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,18 +67,20 @@ class BenchEnv:
 
 
 @contextlib.asynccontextmanager
-async def bench_env(name: str) -> AsyncIterator[BenchEnv]:
-    """Start a private ``nats-server -js`` in a temp dir for one benchmark."""
+async def bench_env(name: str, *, sync: str = SYNC_ALWAYS) -> AsyncIterator[BenchEnv]:
+    """Start a private ``nats-server -js`` in a temp dir for one benchmark, with JetStream's
+    fsync policy ``sync`` (memstream's default unless a benchmark compares policies)."""
     with tempfile.TemporaryDirectory(prefix=f"memstream-bench-{name}-") as tmp:
         root = Path(tmp)
         server = await asyncio.to_thread(
-            NatsServerProcess.start, root / "nats", log_path=root / "nats.log"
+            NatsServerProcess.start, root / "nats", log_path=root / "nats.log", sync=sync
         )
         settings = Settings(
             data_dir=root / "data",
             nats_url=server.url,
             read_timeout=600.0,  # bulk loads wait for the projector far longer than a request
             write_timeout=ACK_TIMEOUT,
+            nats_sync=sync,
         )
         try:
             yield BenchEnv(root, server, settings)
@@ -111,6 +119,31 @@ async def publish_window(
     js = client.jetstream(timeout=ACK_TIMEOUT, publish_async_max_pending=window)
     futures = [await js.publish_async(subject, data, wait_stall=ACK_TIMEOUT) for data in payloads]
     await asyncio.wait_for(asyncio.gather(*futures), ACK_TIMEOUT)
+
+
+def sync_name(sync: str) -> str:
+    """How a row names a fsync policy: ``sync always`` or ``sync_interval 2m``."""
+    return "sync always" if sync == SYNC_ALWAYS else f"sync_interval {sync}"
+
+
+def fsync_latencies(directory: Path, count: int = 200, size: int = 700) -> list[float]:
+    """Seconds of each of ``count`` fsyncs of a file in ``directory``, each after appending
+    ``size`` bytes to it (about one event): the disk's own cost of a log that syncs every
+    write, measured beside the servers that pay it."""
+    path = directory / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    record = b"x" * size
+    samples = []
+    try:
+        for _ in range(count):
+            os.write(fd, record)
+            start = time.perf_counter()
+            os.fsync(fd)
+            samples.append(time.perf_counter() - start)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return samples
 
 
 async def timed(action: Callable[[], Awaitable[object]]) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from bench.fixtures import fill_session
@@ -58,8 +58,8 @@ Hits = list[tuple[Any, ...]]
 
 
 async def compare(
-    ours: Callable[[str, int], Awaitable[list[dict[str, Any]]]],
-    baseline: Callable[[str, int], list[dict[str, Any]]],
+    ours: Callable[[str, int], Awaitable[Sequence[Mapping[str, Any]]]],
+    baseline: Callable[[str, int], Sequence[Mapping[str, Any]]],
     rounds: int = ROUNDS,
 ) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
     """Seconds per call of ``ours(query, round)`` and ``baseline(query, round)`` for each of
