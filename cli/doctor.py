@@ -10,6 +10,7 @@ import typer
 from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import emit_json, note, stdout
 from memstream.workers.doctor import SAMPLE_SECONDS, Finding, diagnose
+from memstream.workers.server_version import server_version
 from memstream.workers.status import platform_status
 
 
@@ -32,15 +33,21 @@ def doctor(
             durability = await ms.durability()
             first = await platform_status(ms.log, ms.read_models, durability=durability)
             await asyncio.sleep(SAMPLE_SECONDS if any(p.lag for p in first.projections) else 0)
-            second = await platform_status(ms.log, ms.read_models, durability=durability)
-            version = ms.client.connected_server_version
+            second = await platform_status(
+                ms.log,
+                ms.read_models,
+                durability=durability,
+                stream_copies=await ms.stream_copies(),
+            )
+            reported = server_version(ms.client)
+            version = "unknown" if reported is None else reported[1]
             runtime = ms.runtime
             return diagnose(
                 first,
                 second,
                 embedded=runtime is not None,
                 idle=runtime is not None and runtime.owner,
-                versions={"nats-server": str(version)},
+                versions={"nats-server": version},
             )
 
     findings = run(main())

@@ -38,6 +38,7 @@ def status(
                 ms.read_models,
                 dead_letter_limit=dead_letters,
                 durability=await ms.durability(),
+                stream_copies=await ms.stream_copies(),
             )
 
     report = run(main())

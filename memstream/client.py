@@ -56,7 +56,13 @@ from memstream.summarizers import OpenAICompatibleSummarizer
 from memstream.workers.aggregate_store import AggregateStore, CommandResult, Decide
 from memstream.workers.codec import H_MSG_ID, CommandMeta
 from memstream.workers.data_dir import prepare_data_dir, private_database
-from memstream.workers.durability import ServerSync, configured_sync, monitored_sync
+from memstream.workers.durability import (
+    ServerSync,
+    StreamCopy,
+    configured_sync,
+    monitored_copies,
+    monitored_sync,
+)
 from memstream.workers.embedded import EmbeddedRuntime
 from memstream.workers.event_log import (
     EventLog,
@@ -735,6 +741,13 @@ class Memstream:
         from memstream.workers.embeddings import as_embed
 
         return as_embed(self.encoder.embedder())
+
+    async def stream_copies(self) -> list[StreamCopy]:
+        """Each server's own copy of the stream, read from the monitoring endpoints the
+        settings name (``MEMSTREAM_NATS_MONITOR_URL``); none without them."""
+        if not self.settings.nats_monitor_url:
+            return []
+        return await monitored_copies(self.settings.nats_monitor_url, self.log.stream)
 
     async def durability(self) -> list[ServerSync]:
         """Each log server's fsync policy, as far as it can be read: the embedded server's from

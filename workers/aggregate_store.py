@@ -495,9 +495,8 @@ class AggregateStore(Generic[A]):
                 f"{subject}: the log serves the aggregate's event version {found} where "
                 f"version {due} is due: events acknowledged earlier are missing from the copy "
                 f"of the stream that answered (a server's damaged store?); nothing was "
-                f"decided. `memstream doctor` shows the stream's servers; a damaged copy is "
-                f"copied anew from the others after `nats stream cluster peer-remove "
-                f"<stream> <server>`"
+                f"decided. `memstream doctor` (with MEMSTREAM_NATS_MONITOR_URL naming every "
+                f"server) names the server and how to have its copy made anew"
             ) from error
         logger.warning("%s: %s; replaying the aggregate from the log", subject, error)
         replayed = self._remember(subject, _Cached(self._empty(key), 0, replayed=True))

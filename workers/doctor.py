@@ -139,6 +139,18 @@ def _replicas(status: PlatformStatus) -> list[Finding]:
                     "stream's directory aside and let it catch up from its peers",
                 )
             )
+    for server, line in status.damaged_copies:
+        found.append(
+            Finding(
+                "replica",
+                False,
+                line,
+                f"stop nats-server {server}, move jetstream/<account>/streams/"
+                f"{status.stream.name} in its store aside and start it again: it copies the "
+                f"stream anew from the others (with a spare server: nats stream cluster "
+                f"peer-remove {status.stream.name} {server})",
+            )
+        )
     if status.replicas and not found:
         names = ", ".join(r.server for r in status.replicas)
         found.append(Finding("replica", True, f"every replica is current ({names})"))

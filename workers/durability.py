@@ -14,8 +14,10 @@ import asyncio
 import json
 import re
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from memstream.domain.errors import InvalidInputError
@@ -27,6 +29,8 @@ DEFAULT_SYNC = "2m (nats-server's default)"
 MONITOR_TIMEOUT = 2.0
 # The /varz document of a busy server is a few KiB; read no more than this.
 VARZ_MAX_BYTES = 1 << 20
+# A /jsz document lists every stream of the server: read no more than this.
+JSZ_MAX_BYTES = 8 << 20
 _SYNC_LINE = re.compile(r"^\s*sync_interval\s*:\s*([^\s#}]+)", re.MULTILINE)
 
 
@@ -102,3 +106,80 @@ async def monitored_sync(urls: str) -> list[ServerSync]:
     """Each monitoring endpoint's server policy (``urls``: comma-separated)."""
     checked = [check_monitor_url(u.strip()) for u in urls.split(",") if u.strip()]
     return list(await asyncio.gather(*(asyncio.to_thread(_varz_sync, u) for u in checked)))
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCopy:
+    """One server's own copy of the stream, as its monitoring endpoint (``/jsz``) reports it:
+    its messages, its sequence range and how many sequences in between it counts as deleted."""
+
+    server: str
+    messages: int
+    first_seq: int
+    last_seq: int
+    deleted: int
+
+
+def _read_json(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=MONITOR_TIMEOUT) as answer:
+        found = json.loads(answer.read(JSZ_MAX_BYTES))
+    if not isinstance(found, dict):
+        raise ValueError(f"{redact_url(url)} did not answer a JSON object")
+    return found
+
+
+def _jsz_copy(url: str, stream: str) -> StreamCopy | None:
+    """One server's copy of ``stream`` (blocking; bounded); ``None`` when the endpoint cannot
+    be read or the server holds no copy."""
+    try:
+        name = str(_read_json(f"{url}/varz").get("server_name") or redact_url(url))
+        report = _read_json(f"{url}/jsz?streams=true")
+    except (OSError, ValueError):
+        return None
+    accounts = report.get("account_details")
+    for account in accounts if isinstance(accounts, list) else []:
+        details = account.get("stream_detail") if isinstance(account, dict) else None
+        for detail in details if isinstance(details, list) else []:
+            if not isinstance(detail, dict) or detail.get("name") != stream:
+                continue
+            state = detail.get("state") or {}
+            return StreamCopy(
+                name,
+                int(state.get("messages") or 0),
+                int(state.get("first_seq") or 0),
+                int(state.get("last_seq") or 0),
+                int(state.get("num_deleted") or 0),
+            )
+    return None
+
+
+async def monitored_copies(urls: str, stream: str) -> list[StreamCopy]:
+    """Each monitored server's copy of ``stream`` (``urls``: comma-separated endpoints; those
+    that cannot be read, or hold no copy, are left out)."""
+    checked = [check_monitor_url(u.strip()) for u in urls.split(",") if u.strip()]
+    found = await asyncio.gather(*(asyncio.to_thread(_jsz_copy, u, stream) for u in checked))
+    return [copy for copy in found if copy is not None]
+
+
+def missing_events(copies: Sequence[StreamCopy], stream: str) -> list[tuple[str, str]]:
+    """Copies that end where the fullest copy ends yet hold fewer messages: the others hold
+    events these count as deleted, which a deletion on purpose (a purge) never leaves (it
+    deletes on every replica). What a store whose files were damaged serves after a restart
+    (nats-server 2.15.1 counts what it lost as deleted and reports itself current). A copy
+    that ends earlier is catching up, not damaged: the replica's lag names it. Each such
+    server, with a line that says what it misses."""
+    if len(copies) < 2:
+        return []
+    end = max(copy.last_seq for copy in copies)
+    fullest = max(copy.messages for copy in copies if copy.last_seq == end)
+    return [
+        (
+            copy.server,
+            f"server {copy.server}'s copy of stream {stream} holds {copy.messages} messages up "
+            f"to sequence {end} where another holds {fullest}: {fullest - copy.messages} events "
+            f"acknowledged earlier are missing from its store (damaged files?), and reads it "
+            f"answers miss them",
+        )
+        for copy in copies
+        if copy.last_seq == end and copy.messages < fullest
+    ]

@@ -12,7 +12,7 @@ import nats.js.errors
 
 from memstream.domain.errors import InvalidInputError, NotFoundError, UnavailableError
 from memstream.projections.ports import INDEXER_PROJECTIONS, PROJECTIONS, ReadModels
-from memstream.workers.durability import ServerSync
+from memstream.workers.durability import ServerSync, StreamCopy, missing_events
 from memstream.workers.event_log import EventLog
 from memstream.workers.leases import lease_bucket
 from memstream.workers.log_position import check_copy
@@ -90,6 +90,14 @@ class PlatformStatus:
     log_gap: str | None = None
     durability: list[ServerSync] = field(default_factory=list)
     replicas: list[ReplicaStatus] = field(default_factory=list)
+    # Each monitored server's own copy of the stream (``MEMSTREAM_NATS_MONITOR_URL``).
+    stream_copies: list[StreamCopy] = field(default_factory=list)
+
+    @property
+    def damaged_copies(self) -> list[tuple[str, str]]:
+        """The servers whose copy of the stream misses events the others hold, with a line
+        each."""
+        return missing_events(self.stream_copies, self.stream.name)
 
     @property
     def problems(self) -> list[str]:
@@ -102,6 +110,7 @@ class PlatformStatus:
             for r in self.replicas
             if r.offline or not r.current
         ]
+        found += [line for _, line in self.damaged_copies]
         return found
 
     def as_json(self) -> dict[str, Any]:
@@ -295,10 +304,12 @@ async def platform_status(
     *,
     dead_letter_limit: int = 5,
     durability: Sequence[ServerSync] = (),
+    stream_copies: Sequence[StreamCopy] = (),
 ) -> PlatformStatus:
     """The stream, its consumers, projection lag and the last ``dead_letter_limit`` dead
     letters; where the copy stands on the log, the servers' fsync policy (``durability``, as
-    the caller could read it) and the stream's replicas.
+    the caller could read it), the stream's replicas and the monitored servers' copies of it
+    (``stream_copies``).
 
     Raises:
         UnavailableError: NATS did not answer.
@@ -324,4 +335,5 @@ async def platform_status(
         log_gap=None if gap is None else gap.describe(),
         durability=list(durability),
         replicas=await replica_statuses(log),
+        stream_copies=list(stream_copies),
     )

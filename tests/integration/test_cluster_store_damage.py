@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 from support.partition_client import open_when_placed
+from support.processes import clean_env
+from support.processes import memstream as memstream_cli
 
 from memstream import Memstream, UnavailableError
 from memstream.domain.session import SessionAggregate
@@ -333,5 +335,84 @@ async def test_a_follower_with_damaged_stream_files_rejoins_with_every_acknowled
         # And it takes writes as the leader
         await _write(ms, BEFORE + WHILE_DOWN + AFTER, 3, acknowledged)
         assert await _logged(ms) == acknowledged
+    finally:
+        await ms.close()
+
+
+@pytest.mark.slow
+async def test_a_follower_serving_a_damaged_copy_is_named_by_doctor_and_mended_by_its_command(
+    cluster: dict[str, Node], tmp_path: Path
+) -> None:
+    # Given a 3-replica stream whose follower was shut down cleanly, had two of its message
+    # blocks damaged, and was started again (nats-server 2.15.1 then counts what it lost as
+    # deleted and reports itself current)
+    stream = "D" + uuid.uuid4().hex[:12].upper()
+    settings = Settings(
+        data_dir=tmp_path / "all",
+        nats_url=",".join(node.url for node in cluster.values()),
+        stream=stream,
+        stream_replicas=3,
+        read_timeout=SETTLE_TIMEOUT,
+    )
+    acknowledged: dict[str, list[str]] = {session_id: [] for session_id in SESSIONS}
+    ms = await open_when_placed(settings, workers=False)
+    try:
+        await _write(ms, 0, BEFORE, acknowledged)
+        leader = await _until_replicated(ms)
+        used = ms.client.connected_url.port if ms.client.connected_url else 0
+        victim = next(
+            node for node in cluster.values() if node.name != leader and node.port != used
+        )
+        victim.stop(signal.SIGTERM)
+        _damage(_blocks(victim, stream))
+        victim.start()
+        await _until_replicated(ms)
+        await _write(ms, BEFORE, AFTER, acknowledged)
+        await _until_replicated(ms)
+        total = sum(len(ids) for ids in acknowledged.values())
+        copies = await _copies(cluster, stream)
+        if copies[victim.name]["messages"] == total:
+            pytest.skip(f"this nats-server repaired the damaged copy itself: {copies}")
+        # When an operator runs memstream doctor with the servers' monitoring endpoints
+        monitors = ",".join(f"http://127.0.0.1:{node.http_port}" for node in cluster.values())
+        env = clean_env(
+            MEMSTREAM_DATA_DIR=str(tmp_path / "operator"),
+            MEMSTREAM_NATS_URL=settings.nats_url or "",
+            MEMSTREAM_STREAM=stream,
+            MEMSTREAM_STREAM_REPLICAS="3",
+            MEMSTREAM_NATS_MONITOR_URL=monitors,
+        )
+        doctor = await asyncio.to_thread(memstream_cli, env, "doctor", expect=1)
+        # Then it names the damaged server, what it misses, and the command that mends it
+        assert f"server {victim.name}'s copy of stream {stream}" in doctor.stdout, doctor.stdout
+        assert f"where another holds {total}" in doctor.stdout
+        assert f"stop nats-server {victim.name}, move jetstream/" in doctor.stdout
+        status = await asyncio.to_thread(memstream_cli, env, "status", expect=1)
+        assert f"server {victim.name}'s copy" in status.stderr
+        # When the operator does what it says: the server stopped, its copy moved aside
+        victim.stop(signal.SIGTERM)
+        (folder,) = victim.store.glob(f"jetstream/*/streams/{stream}")
+        folder.rename(folder.with_name(f"{stream}.damaged"))
+        victim.start()
+        # Then the stream is copied anew and every server's copy holds every write again
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        healthy = {"messages": total, "first_seq": 1, "last_seq": total, "num_deleted": 0}
+        while True:
+            try:
+                copies = await _copies(cluster, stream)
+            except AssertionError as missing:  # the restarted server has no copy yet
+                copies = {"missing": {"error": str(missing)[:200]}}  # type: ignore[dict-item]
+            if copies == dict.fromkeys(cluster, healthy):
+                break
+            assert time.monotonic() < deadline, copies
+            await asyncio.sleep(0.2)
+        assert await _logged(ms) == acknowledged
+        # and doctor finds nothing wrong with the replicas any more
+        after = await asyncio.to_thread(memstream_cli, env, "doctor", "--json", expect=1)
+        findings = json.loads(after.stdout)["findings"]
+        assert [f for f in findings if f["check"] == "replica" and not f["ok"]] == []
+        versions = [f["detail"] for f in findings if f["check"] == "version"]
+        assert len(versions) == 1
+        assert re.fullmatch(r"nats-server \d+\.\d+\.\d+\S*", versions[0])
     finally:
         await ms.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from memstream.workers.doctor import diagnose
-from memstream.workers.durability import ServerSync
+from memstream.workers.durability import ServerSync, StreamCopy, missing_events
 from memstream.workers.status import (
     PlatformStatus,
     ProjectionStatus,
@@ -94,3 +94,31 @@ def test_an_offline_or_lagging_replica_is_named() -> None:
         "stream replica n2 is not current (12 behind)",
         "stream replica n3 is offline",
     ]
+
+
+def test_a_replica_whose_copy_misses_events_the_others_hold_is_named_with_its_mend() -> None:
+    # n2 ends where the others end, but counts 7 of their messages as deleted
+    copies = [
+        StreamCopy("n1", 157, 1, 157, 0),
+        StreamCopy("n2", 150, 1, 157, 7),
+        StreamCopy("n3", 157, 1, 157, 0),
+    ]
+    damaged = replace(HEALTHY, stream_copies=copies)
+    assert damaged.problems == [
+        "server n2's copy of stream MEMSTREAM holds 150 messages up to sequence 157 where "
+        "another holds 157: 7 events acknowledged earlier are missing from its store (damaged "
+        "files?), and reads it answers miss them"
+    ]
+    mend = wrong(damaged, embedded=False)["replica"]
+    assert mend.startswith("stop nats-server n2, move jetstream/<account>/streams/MEMSTREAM")
+    assert "nats stream cluster peer-remove MEMSTREAM n2" in mend
+
+
+def test_copies_that_lag_or_were_purged_alike_are_not_damaged() -> None:
+    # a replica catching up ends earlier; a purge deletes on every replica alike
+    lagging = [StreamCopy("n1", 157, 1, 157, 0), StreamCopy("n2", 120, 1, 120, 0)]
+    purged = [StreamCopy("n1", 150, 1, 157, 7), StreamCopy("n2", 150, 1, 157, 7)]
+    alone = [StreamCopy("n1", 150, 1, 157, 7)]
+    for copies in (lagging, purged, alone):
+        assert missing_events(copies, "MEMSTREAM") == []
+        assert replace(HEALTHY, stream_copies=copies).problems == []
