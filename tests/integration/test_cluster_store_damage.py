@@ -166,6 +166,23 @@ async def _until_replicated(ms: Memstream, followers: int = 2) -> str:
         await asyncio.sleep(0.1)
 
 
+def _replicated(cluster: dict[str, Node], tmp_path: Path) -> Settings:
+    """Settings of a client of the whole cluster, on a new 3-replica stream."""
+    return Settings(
+        data_dir=tmp_path / "all",
+        nats_url=",".join(node.url for node in cluster.values()),
+        stream="D" + uuid.uuid4().hex[:12].upper(),
+        stream_replicas=3,
+        read_timeout=SETTLE_TIMEOUT,
+    )
+
+
+def _follower(ms: Memstream, cluster: dict[str, Node], leader: str) -> Node:
+    """A server that neither leads the stream nor serves ``ms``."""
+    used = ms.client.connected_url.port if ms.client.connected_url else 0
+    return next(node for node in cluster.values() if node.name != leader and node.port != used)
+
+
 def _message(index: int) -> dict[str, object]:
     body = f"message {index} " + "x" * TEXT_BYTES
     return {"id": f"m{index:04d}", "role": "user", "content": body}
@@ -262,14 +279,8 @@ async def test_a_follower_with_damaged_stream_files_rejoins_with_every_acknowled
     cluster: dict[str, Node], tmp_path: Path, stop: signal.Signals
 ) -> None:
     # Given a 3-replica stream holding acknowledged writes on every server
-    stream = "D" + uuid.uuid4().hex[:12].upper()
-    settings = Settings(
-        data_dir=tmp_path / "all",
-        nats_url=",".join(node.url for node in cluster.values()),
-        stream=stream,
-        stream_replicas=3,
-        read_timeout=SETTLE_TIMEOUT,
-    )
+    settings = _replicated(cluster, tmp_path)
+    stream = settings.stream
     acknowledged: dict[str, list[str]] = {session_id: [] for session_id in SESSIONS}
     ms = await open_when_placed(settings, workers=True)
     try:
@@ -277,10 +288,7 @@ async def test_a_follower_with_damaged_stream_files_rejoins_with_every_acknowled
         leader = await _until_replicated(ms)
         # When a follower (not the server this client uses) is stopped and two of its stream's
         # message blocks are damaged: one truncated, one with bytes flipped
-        used = ms.client.connected_url.port if ms.client.connected_url else 0
-        victim = next(
-            node for node in cluster.values() if node.name != leader and node.port != used
-        )
+        victim = _follower(ms, cluster, leader)
         victim.stop(stop)
         blocks = _blocks(victim, stream)
         assert len(blocks) >= 2, [(b.name, b.stat().st_size) for b in blocks]
@@ -346,23 +354,14 @@ async def test_a_follower_serving_a_damaged_copy_is_named_by_doctor_and_mended_b
     # Given a 3-replica stream whose follower was shut down cleanly, had two of its message
     # blocks damaged, and was started again (nats-server 2.15.1 then counts what it lost as
     # deleted and reports itself current)
-    stream = "D" + uuid.uuid4().hex[:12].upper()
-    settings = Settings(
-        data_dir=tmp_path / "all",
-        nats_url=",".join(node.url for node in cluster.values()),
-        stream=stream,
-        stream_replicas=3,
-        read_timeout=SETTLE_TIMEOUT,
-    )
+    settings = _replicated(cluster, tmp_path)
+    stream = settings.stream
     acknowledged: dict[str, list[str]] = {session_id: [] for session_id in SESSIONS}
     ms = await open_when_placed(settings, workers=False)
     try:
         await _write(ms, 0, BEFORE, acknowledged)
         leader = await _until_replicated(ms)
-        used = ms.client.connected_url.port if ms.client.connected_url else 0
-        victim = next(
-            node for node in cluster.values() if node.name != leader and node.port != used
-        )
+        victim = _follower(ms, cluster, leader)
         victim.stop(signal.SIGTERM)
         _damage(_blocks(victim, stream))
         victim.start()
