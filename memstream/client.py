@@ -99,9 +99,11 @@ R = TypeVar("R")
 PROJECTOR_LINGER = DEFAULT_LINGER
 # How long opening a client with workers waits for their durable consumers.
 WORKERS_BOUND_SECONDS = 5.0
-# The analytics worker gathers up to this long per transaction, as the projector does (nothing
-# a request reads waits for it; ``stats`` and ``verify`` wait for it at most this long more).
-ANALYTICS_LINGER = DEFAULT_LINGER
+# The analytics worker gathers up to this long per transaction: nothing but ``stats`` and
+# ``verify`` reads its volumes, and a reader of them (here, or elsewhere through its nudge) cuts
+# the lingering short. A burst of writes then pays for its volumes once a second, not 20 times
+# (each transaction of a second writer also makes the projector read its positions again).
+ANALYTICS_LINGER = 1.0
 # How long commands are decided on the log alone after the read model's server was away.
 READ_MODEL_RETRY_SECONDS = 2.0
 # How long a clean close waits for its own projector to project this client's writes.
@@ -146,6 +148,8 @@ class Memstream:
         self.copy = copy
         self._read_from(self._open_reader(check=check))
         self.demand = Demand()
+        # The analytics worker's: only readers of volumes cut its (long) lingering short.
+        self.analytics_demand = Demand()
         self.positions = self._watch_positions()
         self.last_write_seq = 0
         self.last_profile_seq = 0  # this client's last Agent Memory write
@@ -298,7 +302,7 @@ class Memstream:
             name: PositionWatch(
                 name,
                 partial(self._tracked_seq, name),
-                self.demand,
+                self.analytics_demand if name in ANALYTICS_PROJECTIONS else self.demand,
                 self._nudge,
                 pushed=partial(self._projector_running, name),
                 read_partitions=partial(self._tracked_partitions, name),
@@ -836,7 +840,7 @@ class Memstream:
                 ANALYTICS_PROJECTIONS,
                 on_commit=partial(self._advance, ANALYTICS_PROJECTIONS),
                 batch_size=1000,
-                demand=Demand(),  # its own: this process's readers never wait for it
+                demand=self.analytics_demand,  # readers of sessions never wait for it
                 linger=ANALYTICS_LINGER,
             )
         except MemstreamError as error:  # e.g. an analytics worker runs for this copy elsewhere

@@ -170,7 +170,10 @@ class MemstreamNatsClient(Client):
         expiry = loop.call_later(timeout, _expire, future)
         try:
             await self.publish(subject, payload, reply=self._reply_prefix + token, headers=headers)
-            if while_waiting is not None and await self._written() and not future.done():
+            # Written now rather than at the flusher's next turn: the reply comes sooner, and
+            # the flusher's wake-up is saved.
+            written = await self._written()
+            if while_waiting is not None and written and not future.done():
                 while_waiting()
             return await future
         finally:
