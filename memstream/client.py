@@ -76,7 +76,7 @@ from memstream.workers.indexer import LazyEncoder
 from memstream.workers.log_position import LogGap, check_copy
 from memstream.workers.metrics_hooks import hooks
 from memstream.workers.nats_server import CONFIG_FILE
-from memstream.workers.position import Demand, PositionWatch, encode_demand
+from memstream.workers.position import Demand, JointDemand, PositionWatch, encode_demand
 from memstream.workers.projector import DEFAULT_LINGER, HeldOwn, ProjectorWorker
 from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
 from memstream.workers.subjects import demand_subject, partition_of, subject_for
@@ -148,8 +148,10 @@ class Memstream:
         self.copy = copy
         self._read_from(self._open_reader(check=check))
         self.demand = Demand()
-        # The analytics worker's: only readers of volumes cut its (long) lingering short.
-        self.analytics_demand = Demand()
+        # The analytics worker's: only readers of volumes cut its (long) lingering short. They
+        # press the projector too: a purge or status elsewhere reads this copy's progress from
+        # its consumers' acknowledgements, which the projector sends as it commits.
+        self.analytics_demand = JointDemand(self.demand)
         self.positions = self._watch_positions()
         self.last_write_seq = 0
         self.last_profile_seq = 0  # this client's last Agent Memory write

@@ -28,6 +28,7 @@ from memstream.projections.read_models import open_read_models
 from memstream.workers.event_log import EventLog, nats_servers
 from memstream.workers.extractor import ExtractorWorker
 from memstream.workers.indexer import LazyEncoder
+from memstream.workers.nats_server import LIVENESS_PING_SECONDS, LIVENESS_PINGS
 from memstream.workers.partitioned import PartitionedProjector
 from memstream.workers.position import Demand
 from memstream.workers.projector import ProjectorWorker
@@ -230,6 +231,8 @@ def create_app(
         allow_reconnect=True,
         max_reconnect_attempts=-1,  # a service waits for its log rather than dying with it
         reconnect_time_wait=1,
+        ping_interval=LIVENESS_PING_SECONDS,  # a dead server is left within ~6 s
+        max_outstanding_pings=LIVENESS_PINGS,
         security=security,
     )
     service: ProjectorService | ExtractorService

@@ -33,6 +33,7 @@ from memstream.workers.codec import (
     event_type,
 )
 from memstream.workers.nats_client import MemstreamNatsClient, frame_batch
+from memstream.workers.nats_server import LIVENESS_PING_SECONDS, LIVENESS_PINGS
 from memstream.workers.pull import Puller
 from memstream.workers.server_version import check_server
 from memstream.workers.subjects import (
@@ -174,6 +175,9 @@ async def connect_nats(
         "allow_reconnect": False,
         "max_reconnect_attempts": 1,
         "reconnect_time_wait": 0.25,
+        # A server that stops answering (cut off, paused) is left for another within ~6 s.
+        "ping_interval": LIVENESS_PING_SECONDS,
+        "max_outstanding_pings": LIVENESS_PINGS,
     }
     if user:
         options["user"] = user

@@ -24,6 +24,7 @@ id: the server forgets an open batch with its connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -237,7 +238,16 @@ class MemstreamNatsClient(Client):
 
     async def _process_connect_init(self) -> None:
         reconnecting = self.is_reconnecting
-        await super()._process_connect_init()
+        try:
+            await super()._process_connect_init()
+        except BaseException:
+            if reconnecting and self._transport is not None:
+                # nats-py 2.16 tries the next server with a new transport and leaves this one
+                # open: a server that accepts the connection but never answers (paused, cut
+                # off) would leak a socket per reconnect attempt.
+                with contextlib.suppress(Exception):
+                    self._transport.close()
+            raise
         if not reconnecting:
             return
         # A request written to a connection that then died (a server killed or restarted) was

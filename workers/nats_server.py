@@ -67,6 +67,22 @@ def sync_config(sync: str) -> str:
     return f"jetstream {{\n  sync_interval: {check_sync(sync)}\n}}\n"
 
 
+# How often a server of a cluster memstream configures, and every memstream client, pings the
+# other end of each connection, and how many unanswered pings close it. nats-server's and
+# nats-py's defaults (2 minutes, 2 pings) keep a connection to a server that was cut off or
+# paused for minutes: the other servers route requests to it (a read, answered by any replica,
+# waits its whole timeout) and a client connected to it fails every call instead of moving to
+# another server. With these, such a connection closes within about 6 s.
+LIVENESS_PING_SECONDS = 2
+LIVENESS_PINGS = 2
+
+
+def liveness_config() -> str:
+    """The config lines of a clustered nats-server that close a dead connection within
+    seconds (see :data:`LIVENESS_PING_SECONDS`); ``docker-compose.yml`` sets the same."""
+    return f'ping_interval: "{LIVENESS_PING_SECONDS}s"\nping_max: {LIVENESS_PINGS}\n'
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -88,6 +88,25 @@ class Demand:
         return self.waiters > 0 or self.wanted > committed
 
 
+class JointDemand(Demand):
+    """A demand whose readers are also readers of ``others``: waiting here cuts their
+    lingering short too."""
+
+    def __init__(self, *others: Demand) -> None:
+        super().__init__()
+        self.others = others
+
+    def enter(self) -> None:
+        super().enter()
+        for other in self.others:
+            other.enter()
+
+    def leave(self) -> None:
+        super().leave()
+        for other in self.others:
+            other.leave()
+
+
 class PositionWatch:
     """Tracks how far a projection got; waiters are woken by the in-process projector's commits
     or, when the projector runs elsewhere, by polling its tracking row. ``nudge(seq, targets)``

@@ -32,7 +32,7 @@ from support.netns import Network, unavailable_reason
 from support.processes import freeze
 
 from memstream.settings import Settings
-from memstream.workers.nats_server import MAX_PAYLOAD, nats_server_binary
+from memstream.workers.nats_server import MAX_PAYLOAD, liveness_config, nats_server_binary
 
 CLIENT_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "partition_client.py"
 NODES = ("n1", "n2", "n3")
@@ -46,12 +46,6 @@ MARGIN = 1.0  # what a failing write may take beyond the write timeout
 BEFORE = 30  # writes acknowledged before the leader is cut off
 DURING = 30  # writes the majority side acknowledges while the leader is away
 AFTER = 30  # writes acknowledged once it is back
-# The servers ping each other this often and close a route after this many unanswered pings,
-# so that the routes of a cut-off or paused server close within seconds. With nats-server's
-# defaults (2 minutes, 2 pings) the others go on routing requests to it for minutes, and a read
-# (a direct get, answered by any replica) sent there waits its whole timeout.
-PING_INTERVAL = "2s"
-PING_MAX = 2
 READY_TIMEOUT = 15.0  # a nats-server says "Server is ready" within this
 START_TIMEOUT = 60.0  # a client connects once the cluster has placed the stream
 CALL_TIMEOUT = 45.0  # a client answers one request within this
@@ -122,9 +116,8 @@ def _start_node(
         f'server_name: "{name}"\n'
         f'listen: "{address}:{CLIENT_PORT}"\n'
         f"max_payload: {MAX_PAYLOAD}\n"
-        f'ping_interval: "{PING_INTERVAL}"\n'
-        f"ping_max: {PING_MAX}\n"
-        f'jetstream {{ store_dir: "{folder / "store"}", sync_interval: always }}\n'
+        + liveness_config()
+        + f'jetstream {{ store_dir: "{folder / "store"}", sync_interval: always }}\n'
         "cluster {\n"
         '  name: "memstream-partitions"\n'
         f'  listen: "{address}:{ROUTE_PORT}"\n'

@@ -30,6 +30,7 @@ from memstream.workers.nats_server import (
     MAX_PAYLOAD,
     NatsServerProcess,
     free_port,
+    liveness_config,
     nats_server_binary,
 )
 
@@ -83,7 +84,8 @@ class Node:
             f'server_name: "{self.name}"\n'
             f"max_payload: {MAX_PAYLOAD}\n"
             f'http: "127.0.0.1:{self.http_port}"\n'
-            f'jetstream {{ store_dir: "{self.store}", sync_interval: always }}\n'
+            + liveness_config()
+            + f'jetstream {{ store_dir: "{self.store}", sync_interval: always }}\n'
             "cluster {\n"
             '  name: "memstream-damage"\n'
             f'  listen: "127.0.0.1:{self.cluster_port}"\n'

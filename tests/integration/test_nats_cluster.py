@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import os
 import signal
 import subprocess
 import time
@@ -22,9 +24,12 @@ from memstream import InvalidInputError, Memstream, UnavailableError
 from memstream.domain.session import SessionAggregate
 from memstream.settings import Settings
 from memstream.workers.nats_server import (
+    LIVENESS_PING_SECONDS,
+    LIVENESS_PINGS,
     MAX_PAYLOAD,
     NatsServerProcess,
     free_port,
+    liveness_config,
     nats_server_binary,
 )
 from memstream.workers.rebuild import VerifyResult, verify
@@ -62,7 +67,8 @@ def _start_node(
     config.write_text(
         f'server_name: "{name}"\n'
         f"max_payload: {MAX_PAYLOAD}\n"
-        f'jetstream {{ store_dir: "{folder / "store"}", sync_interval: always }}\n'
+        + liveness_config()
+        + f'jetstream {{ store_dir: "{folder / "store"}", sync_interval: always }}\n'
         "cluster {\n"
         '  name: "memstream-test"\n'
         f'  listen: "127.0.0.1:{cluster_port}"\n'
@@ -246,6 +252,66 @@ async def test_a_replicated_stream_loses_its_leader_and_no_acknowledged_write(
         assert all(r.ok for r in results), results
     finally:
         await ms.close()
+
+
+# A client connected to a paused server moves to another within this: its pings go unanswered
+# (LIVENESS_PINGS of them, LIVENESS_PING_SECONDS apart), it reconnects, and the cluster has a
+# stream leader among the two others. nats-py's default pings (2 minutes) would take minutes.
+FAILOVER_BOUND = (LIVENESS_PINGS + 1) * LIVENESS_PING_SECONDS + 10.0
+
+
+@pytest.mark.slow
+async def test_a_client_whose_server_stops_answering_moves_to_another_within_seconds(
+    cluster: list[Node], tmp_path: Path
+) -> None:
+    # Given a client of the whole cluster writing to a 3-replica stream
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        nats_url=_servers(cluster),
+        stream="F" + uuid.uuid4().hex[:12].upper(),
+        stream_replicas=3,
+    )
+    ms = await open_when_placed(settings, workers=False)
+    acknowledged: list[str] = []
+    paused: Node | None = None
+    try:
+        session = ms.session("s")
+        for index in range(10):
+            await session.append_message(_message(index))
+            acknowledged.append(f"m{index:04d}")
+        await _wait_until_replicated(ms, settings.stream)
+        # When the server it is connected to stops answering (paused: its sockets stay open)
+        port = ms.client.connected_url.port if ms.client.connected_url else None
+        paused = next(node for node in cluster if node.server.port == port)
+        os.kill(paused.server.process.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        # Then its writes go through another server within seconds
+        index = 10
+        while True:
+            try:
+                await session.append_message(_message(index))
+            except UnavailableError:
+                assert time.monotonic() - stopped < FAILOVER_BOUND, "no failover"
+            else:
+                acknowledged.append(f"m{index:04d}")
+                break
+            finally:
+                index += 1
+        moved = time.monotonic() - stopped
+        print(f"first write acknowledged {moved:.2f} s after {paused.name} was paused")
+        assert moved < FAILOVER_BOUND
+        assert ms.client.connected_url is not None
+        assert ms.client.connected_url.port != paused.server.port
+        # And every acknowledged write is in the log once
+        events = [e.decode() async for e in ms.log.read_subject(ms.session_subject("s"))]
+        logged = [e.message_id for e in events if isinstance(e, SessionAggregate.MessageAppended)]
+        assert [m for m in logged if m in acknowledged] == acknowledged
+    finally:
+        if paused is not None:
+            os.kill(paused.server.process.pid, signal.SIGCONT)
+        await ms.close()
+    # And the reconnections left no socket open (a leaked one is a ResourceWarning: an error)
+    gc.collect()
 
 
 async def test_a_stream_with_fewer_replicas_is_scaled_up(

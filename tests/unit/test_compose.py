@@ -26,6 +26,7 @@ import memstream.settings
 from memstream import InvalidInputError, Settings
 from memstream.cli.app import app
 from memstream.workers.apps import require_worker
+from memstream.workers.nats_server import liveness_config
 from memstream.workers.service import WORKERS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -237,6 +238,8 @@ def test_every_nats_node_syncs_each_write_to_disk_before_acknowledging_it() -> N
         content = configs[mounted[target]]["content"]
         # Then that config makes JetStream fsync before every acknowledgement
         assert re.search(r"jetstream\s*\{[^}]*sync_interval:\s*always", content), content
+        # and closes a connection to a cut-off or paused peer as the test clusters do
+        assert liveness_config() in content, content
 
 
 def test_the_memstream_services_use_the_cluster_and_postgres() -> None:
