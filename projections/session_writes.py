@@ -71,6 +71,26 @@ class RecordPosition:
     version: int
 
 
+def missing_versions(position: RecordPosition, last: int | None) -> str | None:
+    """A line naming the versions of a session missing between the last one a read model
+    applied (``last``; ``None``: none known) and ``position``'s, or ``None`` when none is.
+
+    Every event of a session carries the next version of its aggregate, so a gap is an event
+    the log that was read does not hold: a server's copy that lost acknowledged events (a
+    damaged store), or an event that became a dead letter here."""
+    if last is None or position.version <= last + 1:
+        return None
+    missing = (
+        str(last + 1) if position.version == last + 2 else f"{last + 1}-{position.version - 1}"
+    )
+    return (
+        f"session {position.session_id!r} ({position.namespace}): its event at sequence "
+        f"{position.seq} has version {position.version}, the read model's last is {last}: "
+        f"version {missing} is missing from the log that was read (a server's damaged copy? "
+        f"a dead letter?); run `memstream doctor`"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class RecordPrompt:
     """The session's frozen system prompt (decision state kept next to the messages;

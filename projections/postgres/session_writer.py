@@ -10,6 +10,7 @@ bytes of the rows root→it); each session counts its messages.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -29,10 +30,12 @@ from memstream.projections.session_writes import (
     RecordSkill,
     SessionWrite,
     UpdateMessage,
+    missing_versions,
 )
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 # Entries PgSessionRows keeps of each kind before it starts again.
+logger = logging.getLogger(__name__)
 ROWS_KEPT = 4096
 
 
@@ -139,7 +142,17 @@ class PgSessionRows:
     reserved from the identity sequence), children counts, message counts, positions. Whoever
     applies writes calls :meth:`forget` after a rollback."""
 
-    __slots__ = ("children", "counts", "held", "held_ids", "mids", "positions", "sids", "tips")
+    __slots__ = (
+        "children",
+        "counts",
+        "held",
+        "held_ids",
+        "mids",
+        "positions",
+        "sids",
+        "tips",
+        "versions",
+    )
 
     def __init__(self) -> None:
         self.sids: dict[tuple[str, str], int] = {}
@@ -150,11 +163,13 @@ class PgSessionRows:
         self.children: dict[int, int] = {}  # parent mid → children gained
         self.counts: dict[int, int] = {}  # sid → messages added
         self.positions: dict[tuple[str, str], tuple[int, int]] = {}  # (seq, version)
+        self.versions: dict[tuple[str, str], int] = {}  # each session's last version applied
 
     def forget(self) -> None:
         # Reserved row ids too: a sequence may hand out again what a transaction that never
         # committed took, when the server crashed before it logged them.
         self.mids.clear()
+        self.versions.clear()
         self.sids.clear()
         self.tips.clear()
         self.held.clear()
@@ -343,6 +358,24 @@ def _reserve_mids(connection: Connection, count: int) -> list[int]:
     return sorted((int(row[0]) for row in rows), reverse=True)
 
 
+def _check_version(connection: Connection, write: RecordPosition, rows: PgSessionRows) -> None:
+    """Warn of versions of the session missing before ``write``'s (see
+    :func:`missing_versions`); the event is applied all the same."""
+    key = (write.namespace, write.session_id)
+    last = rows.versions.get(key)
+    if last is None:
+        row = connection.execute(
+            "SELECT version FROM session_state WHERE namespace = %s AND session_id = %s", key
+        ).fetchone()
+        last = None if row is None else int(row[0])
+    if len(rows.versions) >= ROWS_KEPT:
+        rows.versions.clear()
+    rows.versions[key] = write.version
+    gap = missing_versions(write, last)
+    if gap is not None:
+        logger.warning("%s", gap)
+
+
 def session_key(connection: Connection, namespace: str, session_id: str) -> int:
     """The integer key of a session, created on first use."""
     row = connection.execute(
@@ -379,6 +412,7 @@ def _apply(connection: Connection, write: SessionWrite, rows: PgSessionRows) -> 
         rows.forget()
         return
     if isinstance(write, RecordPosition):
+        _check_version(connection, write, rows)
         rows.positions[(write.namespace, write.session_id)] = (write.seq, write.version)
         return
     if isinstance(write, RecordPrompt | RecordSkill):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from memstream.projections.session_writes import (
     SessionWrite,
     UpdateMessage,
     indexed_text,
+    missing_versions,
 )
 from memstream.projections.sqlite.message_rows import SessionRowsExhausted, mid_range
 
@@ -51,6 +53,7 @@ class _Stored:
 
 
 # Entries SessionRows keeps of each kind before it starts again (a few MiB at most).
+logger = logging.getLogger(__name__)
 ROWS_KEPT = 4096
 # A chain of at least this many new messages (an append_messages) is inserted in one
 # executemany, its row ids and path aggregates worked out here (see _insert_chain).
@@ -75,7 +78,7 @@ class SessionRows:
     rows of a 200-event batch became 200 segments, and an insert cost ~85 µs instead of ~25.
     """
 
-    __slots__ = ("children", "counts", "positions", "sids", "texts", "tips")
+    __slots__ = ("children", "counts", "positions", "sids", "texts", "tips", "versions")
 
     def __init__(self) -> None:
         self.sids: dict[tuple[str, str], int] = {}
@@ -84,9 +87,11 @@ class SessionRows:
         self.children: list[tuple[int]] = []  # parents (mid) that gained a child
         self.counts: dict[int, int] = {}  # messages added to each session (sid)
         self.positions: dict[tuple[str, str], tuple[int, int]] = {}  # (seq, version)
+        self.versions: dict[tuple[str, str], int] = {}  # each session's last version applied
 
     def forget(self) -> None:
         """Drop everything, the unwritten writes included (their transaction rolled back)."""
+        self.versions.clear()
         self.sids.clear()
         self.tips.clear()
         self.texts.clear()
@@ -179,6 +184,7 @@ def _apply_session_writes(
                     continue
                 row_by_row = index + len(run)
         if isinstance(write, RecordPosition):
+            _check_version(connection, write, rows)
             rows.positions[(write.namespace, write.session_id)] = (write.seq, write.version)
             continue
         if isinstance(write, ForgetPurged):
@@ -232,6 +238,26 @@ def _apply_session_writes(
                     write.created_at,
                 ),
             )
+
+
+def _check_version(
+    connection: sqlite3.Connection, write: RecordPosition, rows: SessionRows
+) -> None:
+    """Warn of versions of the session missing before ``write``'s (see
+    :func:`missing_versions`); the event is applied all the same."""
+    key = (write.namespace, write.session_id)
+    last = rows.versions.get(key)
+    if last is None:
+        row = connection.execute(
+            "SELECT version FROM session_state WHERE namespace = ? AND session_id = ?", key
+        ).fetchone()
+        last = None if row is None else int(row[0])
+    if len(rows.versions) >= ROWS_KEPT:
+        rows.versions.clear()
+    rows.versions[key] = write.version
+    gap = missing_versions(write, last)
+    if gap is not None:
+        logger.warning("%s", gap)
 
 
 def _clear(connection: sqlite3.Connection, sid: int) -> None:

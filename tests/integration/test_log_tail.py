@@ -382,3 +382,38 @@ async def test_a_log_that_serves_a_session_with_a_hole_is_named_and_nothing_deci
         assert await reader.log.last_seq(reader.session_subject("chat")) == last
     finally:
         await reader.close()
+
+
+@pytest.mark.both_backends
+async def test_a_projector_reading_a_log_with_a_hole_names_the_missing_versions(
+    settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a session of 5 messages whose third event the log that is read no longer holds
+    writer = await open_memstream(settings, workers=False)
+    try:
+        for i in range(5):
+            message = {"id": f"m{i}", "role": "user", "content": "x"}
+            await writer.session("chat").append_message(message)
+        entries = [e async for e in writer.log.read_subject(writer.session_subject("chat"))]
+        await writer.log.js.delete_msg(writer.log.stream, entries[2].seq)
+    finally:
+        await writer.close()
+    # When a projector builds a read model from it
+    caplog.set_level("WARNING")
+    reader = await open_memstream(settings.with_(data_dir=tmp_path / "other"), workers=True)
+    try:
+        await reader.wait_for("sessions")
+        # Then it applies what the log holds (m3's parent, m2, is not there: the path to the
+        # latest leaf starts at m3) and names, once, the version it misses
+        history = await reader.session("chat").get_history()
+        assert [m["id"] for m in history] == ["m3", "m4"]
+        warned = [
+            r.getMessage() for r in caplog.records if "is missing from the log" in r.getMessage()
+        ]
+        assert warned == [
+            f"session 'chat' ({settings.namespace}): its event at sequence {entries[3].seq} has "
+            f"version 4, the read model's last is 2: version 3 is missing from the log that was "
+            f"read (a server's damaged copy? a dead letter?); run `memstream doctor`"
+        ]
+    finally:
+        await reader.close()
