@@ -246,7 +246,7 @@ class MemstreamNatsClient(Client):
                 # open: a server that accepts the connection but never answers (paused, cut
                 # off) would leak a socket per reconnect attempt.
                 with contextlib.suppress(Exception):
-                    self._transport.close()
+                    self._transport.close()  # type: ignore[no-untyped-call]  # (nats-py)
             raise
         if not reconnecting:
             return
