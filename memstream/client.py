@@ -136,6 +136,10 @@ class Memstream:
         # Own writes applied while their acknowledgement is on its way (see _speculate);
         # False: applied after it, for a reader (_apply_own), or when delivered.
         self.overlap_writes = True
+        # The projector here takes this client's own events as decided rather than decoding
+        # their payloads again (False: it decodes every delivery, as a projector elsewhere).
+        self.reuse_own_events = True
+        self._own_events: dict[int, LogEntry] = {}  # by sequence, until delivered or committed
         self.indexer: ProjectorWorker | None = None
         self.analytics: ProjectorWorker | None = None
         self.extractor: ExtractorWorker | None = None
@@ -321,13 +325,28 @@ class Memstream:
         for index, message in enumerate(messages):
             headers = dict(message.headers)
             headers[H_MSG_ID] = message.msg_id
-            entry = LogEntry(first + index, self._stored(subject), message.payload, headers)
+            event = message.event if self.reuse_own_events else None
+            entry = LogEntry(first + index, self._stored(subject), message.payload, headers, event)
             if own and own[-1].seq > entry.seq:  # concurrent commands' acks out of order
                 bisect.insort(own, entry, key=lambda e: e.seq)
             else:
                 own.append(entry)
+            if event is not None:
+                self._own_events[entry.seq] = entry
         while len(own) > OWN_EVENTS:
             own.popleft()
+        events = self._own_events
+        while len(events) > OWN_EVENTS:
+            del events[next(iter(events))]
+
+    def _own_event(self, seq: int, payload: bytes) -> object | None:
+        """The domain event this client decided and the log stored at ``seq`` with ``payload``
+        (the projector here applies it without decoding the payload again); ``None`` if it is
+        not one of this client's, or the log holds another payload there."""
+        entry = self._own_events.pop(seq, None)
+        if entry is None or entry.payload != payload:
+            return None
+        return entry.event
 
     def _stored(self, subject: str) -> str:
         """``subject`` as the stream stores it (with its partition, on a partitioned stream)."""
@@ -741,6 +760,9 @@ class Memstream:
         own = self._own
         while own and own[0].seq <= seq:
             own.popleft()
+        events = self._own_events
+        while events and next(iter(events)) <= seq:  # applied without a delivery (apply_own)
+            del events[next(iter(events))]
 
     def _embed(self) -> Any:
         """The model as the extractor's prototype classifier calls it (loaded now if need be)."""
@@ -816,6 +838,7 @@ class Memstream:
             on_commit=self._projected,
             demand=self.demand,
             linger=PROJECTOR_LINGER,
+            own_event=self._own_event,
             # Of a partitioned stream: every partition, each tracked (see TrackingRows).
             rows=TrackingRows(self.partitions, frozenset(range(self.partitions)))
             if self.partitions

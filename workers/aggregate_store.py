@@ -230,6 +230,7 @@ class AggregateStore(Generic[A]):
                             event, decided_meta, _msg_id(decided_meta.command_id, i, len(events))
                         ),
                         msg_id=_msg_id(decided_meta.command_id, i, len(events)),
+                        event=event,
                     )
                     for i, event in enumerate(events)
                 ]

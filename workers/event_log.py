@@ -14,7 +14,7 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import nats
@@ -86,11 +86,13 @@ class StillStoringError(UnavailableError):
 
 @dataclass(frozen=True, slots=True)
 class OutgoingMessage:
-    """One message to append: payload, headers (without the log's own), and its dedupe id."""
+    """One message to append: payload, headers (without the log's own), and its dedupe id;
+    ``event``: the domain event it encodes, when the writer has it (see :class:`LogEntry`)."""
 
     payload: bytes
     headers: dict[str, str]
     msg_id: str
+    event: object | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,9 @@ class LogEntry:
     subject: str
     payload: bytes
     headers: dict[str, str]
+    # The domain event this payload encodes, when this process decided it (its projector then
+    # need not decode its own events again): what decoding the payload gives.
+    event: object | None = field(default=None, compare=False, repr=False)
 
     # What a read-model store needs of a record (memstream.projections.ports.LogRecord).
 
@@ -110,6 +115,8 @@ class LogEntry:
 
     def decode(self) -> object:
         """Its domain event (raises when it cannot be decoded)."""
+        if self.event is not None:
+            return self.event
         return decode_event(self.payload, self.headers, self.subject)
 
     def event_type(self) -> str:

@@ -203,6 +203,7 @@ class ProjectorWorker:
         thread_events: int = THREAD_EVENTS,
         in_thread: bool = False,
         reclaim: Callable[[], CopyLock] | None = None,
+        own_event: Callable[[int, bytes], object | None] | None = None,
     ) -> None:
         self.log = log
         self.store = store
@@ -233,6 +234,10 @@ class ProjectorWorker:
         self.stats = ProjectorStats()
         self.busy_batches = 0  # batches sent to a thread: another connection held the lock
         self.own_batches = 0  # batches applied for a reader here (apply_own), for tests and status
+        # The domain event a writer of this process decided for a delivery (its sequence and
+        # payload), applied as it is instead of decoded again; and how many were.
+        self.own_event = own_event
+        self.reused_events = 0
         self._stopping = asyncio.Event()
         # Set once its durable consumer exists (what tells verify() that this copy is
         # projected by such a worker), and stays set.
@@ -765,6 +770,15 @@ class ProjectorWorker:
         finally:
             await self._ack_pending()
 
+    def _own(self, seq: int, msg: Msg) -> object | None:
+        """The domain event of an own write delivered at ``seq`` (see :attr:`own_event`)."""
+        if self.own_event is None:
+            return None
+        event = self.own_event(seq, msg.data)
+        if event is not None:
+            self.reused_events += 1
+        return event
+
     async def _check_no_gap(self, first: int) -> None:
         """Make sure the consumer skipped no event of ours before ``first``: deliveries in
         flight when its leader moved to another server come again only after the ack wait,
@@ -826,7 +840,7 @@ class ProjectorWorker:
                 self.flush()  # own events in the open transaction: committed, or dropped
                 # A reader here may have had its own events applied meanwhile (apply_own).
                 entries = [
-                    LogEntry(seq, m.subject, m.data, dict(m.headers or {}))
+                    LogEntry(seq, m.subject, m.data, dict(m.headers or {}), self._own(seq, m))
                     for m in msgs
                     if (seq := stream_sequence(m)) > self._committed
                 ]

@@ -225,6 +225,50 @@ async def test_reads_that_apply_their_own_writes_build_the_same_read_model(
         await writer.close()
 
 
+@pytest.mark.parametrize("reuse", [True, False], ids=["own-events-reused", "all-decoded"])
+async def test_own_events_applied_as_decided_build_the_same_read_model(
+    settings: Settings, reuse: bool
+) -> None:
+    # Given a client whose projector runs in its process, taking its own events as decided
+    # (or decoding every delivery, the switch back)
+    writer = await open_memstream(settings, workers=True)
+    try:
+        projector = writer.projector
+        assert projector is not None
+        writer.reuse_own_events = reuse
+        # When it writes a burst of every kind of session event, reading nothing in between
+        # (the projector applies them from its deliveries)
+        for s in range(3):
+            session = writer.session(f"s{s}").with_context("memory", description="Facts")
+            for i in range(20):
+                text = {"type": "text", "text": f"turn {i} of {s}"}
+                await session.append_message({"id": f"m{i}", "role": "user", "parts": [text]})
+            await session.append_messages(
+                [{"id": f"b{i}", "role": "assistant", "content": f"batch {i}"} for i in range(5)]
+            )
+            await session.update_message({"id": "m3", "role": "user", "content": "edited"})
+            await session.delete_messages(["m5"])
+            await session.replace_context_block("memory", f"fact {s}")
+        manager = writer.session_manager()
+        await manager.rename((await manager.create("Named"))["id"], "Renamed")
+        await writer.wait_for_sessions()
+        # Then the deliveries of its own events were applied as decided (or all decoded): at
+        # least the first session's appends (the reads of the later commands apply the events
+        # before them for the reader, which then skips their deliveries)
+        if reuse:
+            assert projector.reused_events >= 20, projector.reused_events
+        else:
+            assert projector.reused_events == 0
+        # And a projector that decodes every event from the log builds the same read model
+        ours, rebuilt, _, worker = await live_and_rebuilt(
+            writer, ("sessions", "context", "registry"), standing_pull=False, thread_bytes=0
+        )
+        assert worker.reused_events == 0
+        assert rebuilt == ours
+    finally:
+        await writer.close()
+
+
 async def test_a_batch_that_meets_a_locked_database_is_retried_and_logged_once_briefly(
     settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
