@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +90,28 @@ def missing_versions(position: RecordPosition, last: int | None) -> str | None:
         f"version {missing} is missing from the log that was read (a server's damaged copy? "
         f"a dead letter?); run `memstream doctor`"
     )
+
+
+# Sessions whose last version a writer keeps (the rest are read again when they come back).
+VERSIONS_KEPT = 4096
+
+
+def next_version(
+    versions: dict[tuple[str, str], int],
+    position: RecordPosition,
+    stored: Callable[[tuple[str, str]], int | None],
+) -> str | None:
+    """Record ``position``'s version as its session's last in ``versions`` (a writer's cache;
+    ``stored(key)`` reads the read model's when the cache has none) and return
+    :func:`missing_versions` of it."""
+    key = (position.namespace, position.session_id)
+    last = versions.get(key)
+    if last is None:
+        last = stored(key)
+    if len(versions) >= VERSIONS_KEPT:
+        versions.clear()
+    versions[key] = position.version
+    return missing_versions(position, last)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from memstream.projections.session_writes import (
     RecordSkill,
     SessionWrite,
     UpdateMessage,
-    missing_versions,
+    next_version,
 )
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -361,17 +361,14 @@ def _reserve_mids(connection: Connection, count: int) -> list[int]:
 def _check_version(connection: Connection, write: RecordPosition, rows: PgSessionRows) -> None:
     """Warn of versions of the session missing before ``write``'s (see
     :func:`missing_versions`); the event is applied all the same."""
-    key = (write.namespace, write.session_id)
-    last = rows.versions.get(key)
-    if last is None:
+
+    def stored(key: tuple[str, str]) -> int | None:
         row = connection.execute(
             "SELECT version FROM session_state WHERE namespace = %s AND session_id = %s", key
         ).fetchone()
-        last = None if row is None else int(row[0])
-    if len(rows.versions) >= ROWS_KEPT:
-        rows.versions.clear()
-    rows.versions[key] = write.version
-    gap = missing_versions(write, last)
+        return None if row is None else int(row[0])
+
+    gap = next_version(rows.versions, write, stored)
     if gap is not None:
         logger.warning("%s", gap)
 
