@@ -288,6 +288,15 @@ class SessionAggregate(Aggregate):
             return []
         return [self._decide(self.MessagesDeleted, message_ids=existing)]
 
+    def delete_latest(self, message_id: object) -> list[Event]:
+        """Decide the deletion of ``message_id`` if it is still the latest leaf (a pop: no
+        events when another write moved the latest leaf meanwhile, so that two pops decided
+        on the same version never remove the same message, nor a message the caller did not
+        see)."""
+        if not isinstance(message_id, str) or message_id != self.latest_leaf:
+            return []
+        return [self._decide(self.MessagesDeleted, message_ids=[message_id])]
+
     def clear_messages(self) -> list[Event]:
         """Decide the removal of every message and overlay of this session."""
         return [self._decide(self.MessagesCleared)]

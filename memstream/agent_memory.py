@@ -38,6 +38,7 @@ from memstream.domain.memory_input import (
     parse_time,
 )
 from memstream.domain.memory_profile import MemoryProfile, content_id
+from memstream.home_loop import client_loop, home_loop_methods
 from memstream.projections.memory_search import query_terms
 from memstream.projections.memory_summary import summarize
 from memstream.projections.ports import MemoryQueries
@@ -97,6 +98,7 @@ class MemoryClient(Protocol):
     def vector_cache(self) -> VectorCache: ...
 
 
+@home_loop_methods(client_loop)
 class AgentMemory:
     """The profiles of one namespace (``ms.agent_memory(namespace)``)."""
 
@@ -134,6 +136,7 @@ class AgentMemory:
         return self._ms.memory_queries.profiles(self.namespace)
 
 
+@home_loop_methods(client_loop)
 class Profile:
     """One profile's memory store (``await memory.get_profile(name)``)."""
 

@@ -32,6 +32,7 @@ from memstream.domain.memory_profile import MemoryProfile
 from memstream.domain.redaction import redact_url
 from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
+from memstream.home_loop import home_loop_methods
 from memstream.llm_extractor import extractor_from_settings
 from memstream.projections.ports import (
     ANALYTICS_PROJECTIONS,
@@ -112,6 +113,7 @@ CLOSE_DRAIN_SECONDS = 5.0
 AHEAD_POLL_SECONDS = 0.2
 
 
+@home_loop_methods(lambda ms: ms.loop)
 class Memstream:
     """A connected memstream: sessions and (later) agent memory over one log."""
 
@@ -126,6 +128,8 @@ class Memstream:
         check: bool = False,
     ) -> None:
         self.settings = settings
+        # The loop it was connected on: a call made on another runs there (see home_loop).
+        self.loop = asyncio.get_running_loop()
         self.namespace = settings.namespace
         # Recorded in every event this client causes (a session may name its own).
         self.actor = check_actor(settings.actor) if settings.actor is not None else default_actor()

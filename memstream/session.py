@@ -25,6 +25,7 @@ from memstream.domain.limits import (
 from memstream.domain.messages import Message
 from memstream.domain.session import OMITTED, SessionAggregate
 from memstream.domain.system_prompt import ContextBlock
+from memstream.home_loop import client_loop, home_loop_methods
 from memstream.projections.ports import SessionQueries
 from memstream.projections.recent_history import RecentHistory
 from memstream.session_compaction import SessionCompaction
@@ -53,6 +54,7 @@ class SessionClient(MemstreamPort, Protocol):
     async def wait_to_read_sessions(self, subject: str | None = None) -> None: ...
 
 
+@home_loop_methods(client_loop)
 class Session:
     """A session of a memstream instance (lazy: nothing happens until the first call).
 

@@ -27,6 +27,7 @@ from memstream.domain.messages import Message, normalize_message
 from memstream.domain.session import OMITTED, SessionAggregate
 from memstream.domain.session_registry import SessionRecord, check_name
 from memstream.domain.tool_specs import NO_RESULTS, session_search_spec
+from memstream.home_loop import client_loop, home_loop_methods
 from memstream.projections.ports import ReadModels
 from memstream.session import Session, SessionClient
 from memstream.types import SessionMessage
@@ -71,6 +72,7 @@ class ManagerClient(SessionClient, Protocol):
     def session(self, session_id: str = "", *, actor: str | None = None) -> Session: ...
 
 
+@home_loop_methods(client_loop)
 class SessionManager:
     """Sessions of one namespace by id, with the builder settings applied to each (§10)."""
 

@@ -235,6 +235,15 @@ def _close(loop: LoopThread, context: AbstractAsyncContextManager[Memstream]) ->
         loop.stop()
 
 
+def async_client(client: Memstream | SyncMemstream) -> Memstream:
+    """The async client ``client`` is or runs (a sync client's: its calls made on another loop
+    run on the sync client's own, see :mod:`memstream.home_loop`)."""
+    if isinstance(client, SyncProxy):
+        target: Memstream = object.__getattribute__(client, "_target")
+        return target
+    return client
+
+
 def connect_sync(**options: Any) -> SyncMemstream:
     """Connect as :func:`memstream.connect` does (same keyword arguments), for code without
     ``await``: the client runs on an event loop in a background thread. Use it in a ``with``

@@ -3,9 +3,10 @@ string and never raises, exportable in the OpenAI and Anthropic tool formats."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from memstream.context.blocks import ContextBlocks
@@ -26,19 +27,25 @@ from memstream.domain.tool_specs import (
     unloaded_reply,
     written_reply,
 )
+from memstream.home_loop import caller_loop, home_loop_methods
 
 logger = logging.getLogger(__name__)
 Execute = Callable[[Mapping[str, Any]], Awaitable[str]]
 
 
+@home_loop_methods(lambda tool: tool.home)
 @dataclass(frozen=True, slots=True)
 class Tool:
-    """One tool: ``name``, ``description``, ``parameters`` (JSON Schema) and ``execute``."""
+    """One tool: ``name``, ``description``, ``parameters`` (JSON Schema) and ``execute``.
+
+    ``execute`` runs on the event loop the tool was made on (its client's: see
+    :mod:`memstream.home_loop`), whichever loop an agent framework calls it from."""
 
     name: str
     description: str
     parameters: dict[str, Any]
     run: Execute
+    home: asyncio.AbstractEventLoop | None = field(default_factory=caller_loop, compare=False)
 
     @property
     def input_schema(self) -> dict[str, Any]:

@@ -10,18 +10,18 @@ very message comes back. Messages other clients appended read as LangChain messa
     history = MemstreamChatMessageHistory("chat-1", ms)          # ms: memstream.connect()
     chain = RunnableWithMessageHistory(model, lambda session_id: history)
 
-With an async client the async methods (``aget_messages``, ``aadd_messages``, ``aclear``) are
-native and the sync ones work from other threads; with a client of
-:func:`memstream.connect_sync` both kinds work anywhere.
+Both kinds of methods work from any thread and event loop, with an async client or one of
+:func:`memstream.connect_sync`, but for one case: on an async client's own event loop, a sync
+method would block the loop it waits for, so ``add_messages`` and ``clear`` are refused there
+at once (naming the fix), and ``messages`` is read without waiting when it can be.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import (
@@ -34,9 +34,14 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
-from memstream.domain.errors import InvalidInputError
+from memstream.domain.errors import InvalidInputError, UnavailableError
 from memstream.domain.limits import BATCH_MAX_MESSAGES
-from memstream.sync import SyncMemstream
+from memstream.home_loop import caller_loop, run_now, wait_home
+from memstream.sync import async_client
+
+if TYPE_CHECKING:
+    from memstream.client import Memstream
+    from memstream.sync import SyncMemstream
 
 # The message-level record of a LangChain message's other fields: {"type", "data", ...}.
 KEY = "langchain"
@@ -49,21 +54,31 @@ _TYPES = {"user": "human", "assistant": "ai", "system": "system", "developer": "
 
 class MemstreamChatMessageHistory(BaseChatMessageHistory):
     """The chat history of the memstream session ``session_id`` of ``client`` (a connected
-    async client, or one of :func:`memstream.connect_sync`)."""
+    async client, or one of :func:`memstream.connect_sync`), usable from any thread and event
+    loop (see :mod:`memstream.home_loop`)."""
 
-    def __init__(self, session_id: str, client: Any) -> None:
+    def __init__(self, session_id: str, client: Memstream | SyncMemstream) -> None:
         self.session_id = session_id
-        self._sync = isinstance(client, SyncMemstream)
-        self._session = client.session(session_id)
-        try:
-            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            self._loop = None
+        self._client = async_client(client)
+        self._session = self._client.session(session_id)
 
     # -- sync ----------------------------------------------------------------------------------
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        """The history's messages. On the client's own event loop (which this thread would
+        block) it is read from the read model when that has this client's writes, as it
+        does unless the projector is elsewhere and behind."""
+        if caller_loop() is self._client.loop:
+            done, history = run_now(self._session.get_history())
+            if not done:
+                raise UnavailableError(
+                    "the sync messages of MemstreamChatMessageHistory, read on its async "
+                    "client's own event loop, cannot wait for the read model to catch up "
+                    "with this client's writes: use aget_messages() there, or a client of "
+                    "memstream.connect_sync()"
+                )
+            return [to_langchain(message) for message in history or ()]
         return [to_langchain(message) for message in self._blocking("get_history")]
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
@@ -76,40 +91,27 @@ class MemstreamChatMessageHistory(BaseChatMessageHistory):
     # -- async ---------------------------------------------------------------------------------
 
     async def aget_messages(self) -> list[BaseMessage]:
-        return [to_langchain(message) for message in await self._waiting("get_history")]
+        return [to_langchain(message) for message in await self._session.get_history()]
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         for chain in _chains(messages):
-            await self._waiting("append_messages", chain)
+            await self._session.append_messages(chain)
 
     async def aclear(self) -> None:
-        await self._waiting("clear_messages")
+        await self._session.clear_messages()
 
     # -- plumbing ------------------------------------------------------------------------------
 
-    async def _waiting(self, method: str, *args: Any) -> Any:
-        """A session method's result, awaited (a sync client's call waits in a thread)."""
-        if self._sync:
-            return await asyncio.to_thread(getattr(self._session, method), *args)
-        return await getattr(self._session, method)(*args)
-
     def _blocking(self, method: str, *args: Any) -> Any:
-        """A session method's result, waited for by this thread."""
-        if self._sync:
-            return getattr(self._session, method)(*args)
-        loop = self._loop
-        try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is None or loop.is_closed() or running is loop:
+        """A session method's result, waited for by this thread (on the client's loop: a
+        write would wait for itself, so it is refused at once, naming the fix)."""
+        if caller_loop() is self._client.loop:
             raise InvalidInputError(
-                "the sync methods of MemstreamChatMessageHistory cannot wait on the event loop "
-                "of its async client: use aget_messages/aadd_messages/aclear there, or a "
+                f"the sync {method} of MemstreamChatMessageHistory cannot wait on the event "
+                "loop of its async client: use aget_messages/aadd_messages/aclear there, or a "
                 "client of memstream.connect_sync()"
             )
-        call = getattr(self._session, method)(*args)
-        return asyncio.run_coroutine_threadsafe(call, loop).result()
+        return wait_home(self._client.loop, lambda: getattr(self._session, method)(*args))
 
 
 def _chains(messages: Sequence[BaseMessage]) -> list[list[dict[str, Any]]]:

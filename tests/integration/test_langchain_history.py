@@ -4,6 +4,7 @@ sync and async methods, and a real ``RunnableWithMessageHistory`` chain keeps it
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -24,7 +25,7 @@ from memstream.client import Memstream
 from memstream.domain.errors import InvalidInputError
 from memstream.integrations.langchain import MemstreamChatMessageHistory
 from memstream.settings import Settings
-from memstream.sync import connect_sync
+from memstream.sync import async_client, connect_sync
 
 pytestmark = pytest.mark.both_backends
 
@@ -82,8 +83,25 @@ async def test_sync_methods_from_another_thread_with_an_async_client(ms: Memstre
         return history.messages
 
     assert await asyncio.to_thread(use) == [HumanMessage(content="hi"), AIMessage(content="hello")]
+    # On the client's own loop: a read is served from the read model, which has this client's
+    # writes; a write would wait for the loop it blocks, so it is refused at once.
+    await history.aadd_messages([HumanMessage(content="again")])
+    assert history.messages[-1] == HumanMessage(content="again")
+    started = time.perf_counter()
     with pytest.raises(InvalidInputError, match="use aget_messages/aadd_messages/aclear"):
-        history.messages  # noqa: B018 - on the client's own loop it would wait for itself
+        history.add_user_message("blocked")
+    assert time.perf_counter() - started < 0.5
+    assert len(await history.aget_messages()) == 3
+
+
+def test_async_methods_on_loops_other_than_the_clients(settings: Settings) -> None:
+    # The async client on a loop of its own thread; each call made on a new loop (asyncio.run).
+    with connect_sync(settings=settings, workers=True) as ms:
+        history = MemstreamChatMessageHistory("lc-loops", async_client(ms))
+        asyncio.run(history.aadd_messages([HumanMessage(content="one")]))
+        assert asyncio.run(history.aget_messages()) == [HumanMessage(content="one")]
+        history.add_ai_message("two")  # this thread has no loop: it waits for the client's
+        assert [m.content for m in history.messages] == ["one", "two"]
 
 
 def test_sync_and_async_methods_with_a_sync_client(settings: Settings) -> None:

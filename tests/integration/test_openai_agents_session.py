@@ -139,3 +139,37 @@ async def test_session_settings_limit_and_bad_items(ms: Memstream) -> None:
     assert await ours.get_items(100) == before  # nothing of the batch was written
     with pytest.raises(InvalidInputError, match="limit must be an integer"):
         await ours.get_items("3")  # type: ignore[arg-type]
+
+
+async def test_session_settings_as_the_sdks_own_sessions_take_them(ms: Memstream) -> None:
+    for settings, limit in ((None, None), ({"limit": 2}, 2), (SessionSettings(limit=3), 3)):
+        ours = MemstreamSession("agents-settings", ms, session_settings=settings)
+        theirs = SQLiteSession("agents-settings", session_settings=settings)
+        assert ours.session_settings == theirs.session_settings
+        assert isinstance(ours.session_settings, SessionSettings)
+        assert ours.session_settings.limit == limit
+    with pytest.raises(TypeError):
+        SQLiteSession("x", session_settings={"limt": 2})
+    with pytest.raises(TypeError):
+        MemstreamSession("x", ms, session_settings={"limt": 2})
+    ours = MemstreamSession("agents-settings", ms, session_settings={"limit": 1})
+    await ours.add_items([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    assert await ours.get_items() == [{"role": "user", "content": "b"}]
+    assert await ours.get_items(-1) == []  # as the SDK's: a non-positive limit gives nothing
+
+
+def test_a_sync_client_serves_the_session_from_any_loop(settings: Any) -> None:
+    import asyncio
+
+    from memstream.sync import connect_sync
+
+    with connect_sync(settings=settings, workers=True) as client:
+        ours = MemstreamSession("agents-sync", client)
+
+        async def turn(text: str) -> list[Any]:
+            await ours.add_items([{"role": "user", "content": text}])
+            return await ours.get_items()
+
+        assert asyncio.run(turn("a")) == [{"role": "user", "content": "a"}]
+        assert asyncio.run(turn("b"))[-1] == {"role": "user", "content": "b"}
+        assert asyncio.run(ours.pop_item()) == {"role": "user", "content": "b"}
