@@ -109,17 +109,17 @@ def _session_settings(value: Any) -> Any:
     Raises:
         TypeError: a dict key that is not a field of ``SessionSettings``.
     """
-    from agents.memory import SessionSettings
+    from agents import memory
 
     if value is None:
-        return SessionSettings()
+        return memory.SessionSettings()
+    coerce = getattr(memory, "coerce_session_settings", None)
+    if coerce is not None:  # the SDK's own (0.24 and later): its checks and messages
+        return coerce(value)
     if isinstance(value, dict):
-        known = {field.name for field in dataclasses.fields(SessionSettings)}
+        known = {field.name for field in dataclasses.fields(memory.SessionSettings)}
         unknown = sorted(str(key) for key in value if key not in known)
         if unknown:
-            raise TypeError(
-                f"session_settings has unknown keys {unknown}; SessionSettings takes "
-                f"{sorted(known)}"
-            )
-        return SessionSettings(**value)
+            raise TypeError(f"Unknown session settings: {', '.join(unknown)}")
+        return memory.SessionSettings(**value)
     return value
