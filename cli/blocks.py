@@ -11,7 +11,7 @@ import typer
 from memstream import InvalidInputError, NotFoundError
 from memstream.cli.as_of import AsOfOption, reading
 from memstream.cli.context import connected, run, settings_of
-from memstream.cli.output import emit_json, note, show_blocks, stdout
+from memstream.cli.output import emit_json, note, read_text, show_blocks, stdout
 from memstream.domain.context import check_label, prompt_store_key, storage_key
 from memstream.domain.limits import check_session_id
 from memstream.domain.tokens import estimate_string_tokens
@@ -94,7 +94,7 @@ def set_block(
         str | None, typer.Argument(help="New content (or use --file).", show_default=False)
     ] = None,
     file: Annotated[
-        Path | None, typer.Option("--file", help="Read the content from this file.")
+        Path | None, typer.Option("--file", help="Read the content from this file (- for stdin).")
     ] = None,
     append: Annotated[
         bool, typer.Option("--append", help="Append (a newline between) instead of replacing.")
@@ -132,10 +132,7 @@ def set_block(
 
 def _read(file: Path | None) -> str:
     assert file is not None
-    try:
-        return file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise InvalidInputError(f"cannot read --file {file}: {error}") from None
+    return read_text(file, "--file")
 
 
 @prompt_app.command("show")

@@ -17,12 +17,14 @@ from memstream.cli.output import (
     event_line,
     export_line,
     import_progress,
+    input_file,
+    is_stdio,
     note,
     private_output,
-    readable_file,
     show_fields,
 )
 from memstream.domain.limits import check_int
+from memstream.settings import Settings
 from memstream.workers.audit import (
     AGGREGATE_KINDS,
     AuditEvent,
@@ -190,7 +192,8 @@ def export(
         typer.Option(
             "--output",
             "-o",
-            help="Write to this file (created readable by its owner only) instead of stdout.",
+            help="Write to this file (created readable by its owner only; - for stdout) "
+            "instead of stdout.",
             metavar="FILE",
         ),
     ] = None,
@@ -227,7 +230,7 @@ def export(
                 exported += 1
         return exported
 
-    if output is None:
+    if output is None or is_stdio(output):
         run(main(sys.stdout))
         return
     with private_output(output) as file:
@@ -240,7 +243,9 @@ def import_(
     ctx: typer.Context,
     source: Annotated[
         Path,
-        typer.Argument(help="An export (JSONL) made by events export.", show_default=False),
+        typer.Argument(
+            help="An export (JSONL) made by events export; - for stdin.", show_default=False
+        ),
     ],
     force: Annotated[
         bool,
@@ -258,18 +263,11 @@ def import_(
     published. The read models then build from the imported log as from any other.
 
     Example: memstream --nats nats://other:4222 events import backup.jsonl
+    (or, between two clusters: memstream events export | memstream --nats ... events import -)
     """
     settings = settings_of(ctx)
-    path = readable_file(source)
-
-    async def main() -> ImportResult:
-        async with connected(settings, workers=False) as ms:
-            with import_progress(enabled=progress and not as_json) as (on_total, on_progress):
-                return await import_events(
-                    ms.log, path, force=force, on_total=on_total, on_progress=on_progress
-                )
-
-    result = run(main())
+    with input_file(source) as path:
+        result = _import(settings, path, force=force, progress=progress and not as_json)
     if as_json:
         emit_json(result.as_json())
     else:
@@ -277,3 +275,14 @@ def import_(
             f"imported {result.stored} events ({result.duplicates} already stored); "
             f"the stream's last sequence is {result.last_seq}"
         )
+
+
+def _import(settings: Settings, path: Path, *, force: bool, progress: bool) -> ImportResult:
+    async def main() -> ImportResult:
+        async with connected(settings, workers=False) as ms:
+            with import_progress(enabled=progress) as (on_total, on_progress):
+                return await import_events(
+                    ms.log, path, force=force, on_total=on_total, on_progress=on_progress
+                )
+
+    return run(main())

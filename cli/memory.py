@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import io
 import json
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import IO, Annotated, Any, TypeVar
 
 import typer
 
 from memstream import InvalidInputError
 from memstream.agent_memory import Profile
 from memstream.cli.context import connected, run, settings_of
-from memstream.cli.output import emit_json, note, progress_bar
+from memstream.cli.output import emit_json, is_stdio, note, progress_bar
 from memstream.domain.limits import BATCH_MAX_MESSAGES
 
 T = TypeVar("T")
@@ -94,8 +97,8 @@ def ingest(
     file: Annotated[
         Path,
         typer.Argument(
-            help="JSONL: one message per line, {role, content, timestamp?}; a line may carry "
-            "session_id, which then overrides --session for it.",
+            help="JSONL (- for stdin): one message per line, {role, content, timestamp?}; a "
+            "line may carry session_id, which then overrides --session for it.",
             show_default=False,
         ),
     ],
@@ -108,10 +111,10 @@ def ingest(
 
     Example: memstream memory ingest alice chat.jsonl --session s1
     """
-    path = file.expanduser().resolve()
+    path = Path("<stdin>") if is_stdio(file) else file.expanduser().resolve()
     batches: dict[str | None, list[dict[str, Any]]] = {}
     try:
-        with path.open(encoding="utf-8") as lines:
+        with _lines(file) as lines:
             for number, line in enumerate(lines, start=1):
                 if not line.strip():
                     continue
@@ -123,8 +126,9 @@ def ingest(
                     raise InvalidInputError(f"{path}:{number} is not a JSON object")
                 sid = item.pop("session_id", session)
                 batches.setdefault(sid, []).append(item)
-    except OSError as error:
-        raise InvalidInputError(f"cannot read {path}: {error.strerror or error}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or error
+        raise InvalidInputError(f"cannot read {path}: {reason}") from None
     total = sum(len(items) for items in batches.values())
 
     async def work(p: Profile) -> dict[str, Any]:
@@ -351,3 +355,13 @@ def delete_profile(
         emit_json({"profile": profile, "namespace": namespace, "deleted": True})
         return
     note(f"deleted profile {profile}")
+
+
+@contextmanager
+def _lines(file: Path) -> Iterator[IO[str]]:
+    """The lines of ``file`` (standard input for ``-``)."""
+    if is_stdio(file):
+        yield io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", newline=None)
+        return
+    with file.expanduser().resolve().open(encoding="utf-8") as lines:
+        yield lines

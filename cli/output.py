@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import sys
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +36,9 @@ from memstream.workers.data_dir import open_private, os_reason
 from memstream.workers.purge import PurgeReport
 from memstream.workers.rebuild import VerifyResult
 from memstream.workers.status import PlatformStatus, ProjectionStatus
+
+# A file argument that means standard input or output.
+STDIO = "-"
 
 Message = dict[str, Any]
 
@@ -429,11 +435,16 @@ def export_line(event: AuditEvent) -> str:
 
 @contextmanager
 def private_output(path: Path) -> Iterator[IO[str]]:
-    """``path`` (its real path) opened for writing, created readable by its owner only.
+    """``path`` (its real path) opened for writing, created readable by its owner only;
+    standard output for ``-``.
 
     Raises:
         InvalidInputError: it cannot be written.
     """
+    if is_stdio(path):
+        yield sys.stdout
+        sys.stdout.flush()
+        return
     real = path.expanduser().resolve()
     try:
         fd = open_private(real, os.O_WRONLY | os.O_TRUNC)
@@ -441,6 +452,11 @@ def private_output(path: Path) -> Iterator[IO[str]]:
         raise InvalidInputError(f"cannot write {real}: {os_reason(error)}") from None
     with os.fdopen(fd, "w", encoding="utf-8") as file:
         yield file
+
+
+def is_stdio(path: Path | str | None) -> bool:
+    """Whether a file argument is ``-``: standard input or output."""
+    return path is not None and str(path) == STDIO
 
 
 def readable_file(path: Path) -> Path:
@@ -455,6 +471,35 @@ def readable_file(path: Path) -> Path:
     if not os.access(real, os.R_OK):
         raise InvalidInputError(f"cannot read {real}: permission denied")
     return real
+
+
+@contextmanager
+def input_file(path: Path) -> Iterator[Path]:
+    """The real path of a regular file to read (:func:`readable_file`); for ``-``, standard
+    input kept in a temporary file readable by its owner only (a reader may go through it
+    twice, checking it whole before it acts), removed afterwards."""
+    if not is_stdio(path):
+        yield readable_file(path)
+        return
+    with tempfile.TemporaryDirectory(prefix="memstream-stdin-") as folder:  # mode 0700
+        spool = Path(folder) / "stdin"
+        with os.fdopen(os.open(spool, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+            shutil.copyfileobj(sys.stdin.buffer, out)
+        yield spool
+
+
+def read_text(path: Path, option: str) -> str:
+    """The text of the file ``path`` names (standard input for ``-``).
+
+    Raises:
+        InvalidInputError: it cannot be read as UTF-8 text; the message names ``option``.
+    """
+    try:
+        if is_stdio(path):
+            return sys.stdin.buffer.read().decode("utf-8")
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InvalidInputError(f"cannot read {option} {path}: {error}") from None
 
 
 @contextmanager

@@ -4,6 +4,7 @@ chart."""
 from __future__ import annotations
 
 import os
+import sys
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from memstream.cli.context import connected, run, settings_of
-from memstream.cli.output import emit_json, note, show_stats
+from memstream.cli.output import emit_json, is_stdio, note, show_stats
 from memstream.domain.errors import InvalidInputError
 from memstream.projections.analytics_rows import DIMENSIONS, grouped
 from memstream.workers.data_dir import open_private, os_reason
@@ -57,7 +58,8 @@ def stats(
         Path | None,
         typer.Option(
             "--plot",
-            help="Also draw the daily volumes into this PNG file (needs memstream[plot]).",
+            help="Also draw the daily volumes into this PNG file (needs memstream[plot]); "
+            "- writes the PNG to stdout instead of the table.",
             metavar="FILE.png",
         ),
     ] = None,
@@ -75,7 +77,9 @@ def stats(
     if first and last and first > last:
         raise InvalidInputError(f"--since {first} is after --until {last}")
     dimensions = _dimensions(by)
-    if plot is not None and plot.suffix.lower() != ".png":
+    if plot is not None and is_stdio(plot) and as_json:
+        raise InvalidInputError("--plot - writes the PNG to stdout: it cannot go with --json")
+    if plot is not None and not is_stdio(plot) and plot.suffix.lower() != ".png":
         raise InvalidInputError(f"--plot {plot}: the chart is a PNG file (name it *.png)")
 
     async def main() -> list[dict[str, Any]]:
@@ -86,6 +90,8 @@ def stats(
     if plot is not None:
         written = draw(per_day(rows, dimensions), plot)
         note(f"drew {written}")
+        if is_stdio(plot):
+            return
     if as_json:
         emit_json(rows)
     else:
@@ -113,7 +119,7 @@ def draw(days: list[dict[str, Any]], path: Path) -> Path:
         from matplotlib import pyplot
     except ImportError:
         raise InvalidInputError("--plot needs matplotlib: pip install 'memstream[plot]'") from None
-    real = path.expanduser().resolve()
+    real = path if is_stdio(path) else path.expanduser().resolve()
     x = [date.fromisoformat(row["day"]) for row in days]
     figure, (counts, tokens) = pyplot.subplots(2, 1, figsize=(9, 6), sharex=True)
     for label, values in (
@@ -141,6 +147,10 @@ def draw(days: list[dict[str, Any]], path: Path) -> Path:
         tokens.set_xticks(shown, [day.isoformat() for day in shown])
     figure.autofmt_xdate()
     try:
+        if is_stdio(real):
+            figure.savefig(sys.stdout.buffer, format="png", dpi=100)
+            sys.stdout.buffer.flush()
+            return Path("the standard output")
         fd = open_private(real, os.O_WRONLY | os.O_TRUNC)
         with open(fd, "wb") as file:
             figure.savefig(file, format="png", dpi=100)

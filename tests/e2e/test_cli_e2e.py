@@ -211,6 +211,10 @@ def test_context_set_list_show_and_prompt_show(
     )
     shown = memstream(env, "context", "show", "memory", "--session", "chat-1").stdout
     assert shown.rstrip("\n") == "User likes tea\nand coffee"
+    # And --file - reads the content from standard input
+    memstream(env, "context", "set", "memory", "--file", "-", "--session", "chat-2", stdin="pip\n")
+    piped = memstream(env, "context", "show", "memory", "--session", "chat-2").stdout
+    assert piped.rstrip("\n") == "pip"
     # And limits and unknown blocks are one-line user errors
     over = memstream(env, "context", "set", "memory", "word " * 50, "--max-tokens", "10", expect=1)
     assert over.stderr.strip() == 'error: Block "memory" exceeds maxTokens: 65 > 10'

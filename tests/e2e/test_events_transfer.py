@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 from nats.aio.client import Client
-from support.processes import clean_env, json_of, memstream
+from support.processes import MEMSTREAM, clean_env, json_of, memstream
 
 from memstream.client import Memstream, open_memstream
 from memstream.settings import Settings
@@ -221,3 +222,53 @@ async def test_export_filters_by_namespace_aggregate_and_id(
     assert all("Nats-Msg-Id" in e["nats_headers"] for e in everything)
     assert "cannot be combined" in both.stderr
     assert "'sessions' is not one of session, block" in bad_kind.stderr
+
+
+async def test_export_piped_into_import_of_another_cluster(
+    source: tuple[Memstream, dict[str, str]],
+    second_server: NatsServerProcess,
+    restored_env: dict[str, str],
+) -> None:
+    # `-` is standard output and input: events export -o - | events import -
+    ms, env = source
+
+    def pipe() -> tuple[subprocess.CompletedProcess[bytes], subprocess.CompletedProcess[bytes]]:
+        exporter = subprocess.Popen(
+            [MEMSTREAM, "events", "export", "-o", "-"], env=env, stdout=subprocess.PIPE
+        )
+        importer = subprocess.run(
+            [MEMSTREAM, "events", "import", "-", "--json"],
+            env=restored_env,
+            stdin=exporter.stdout,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        assert exporter.stdout is not None
+        exporter.stdout.close()
+        exported = exporter.wait(60)
+        return subprocess.CompletedProcess(exporter.args, exported), importer
+
+    exported, imported = await asyncio.to_thread(pipe)
+    original = await _stored(ms.settings.nats_url or "", ms.settings.stream)
+    assert exported.returncode == 0
+    assert imported.returncode == 0, imported.stderr.decode()
+    assert json.loads(imported.stdout) == {
+        "stored": len(original),
+        "duplicates": 0,
+        "last_seq": len(original),
+    }
+    assert await _stored(second_server.url, "RESTORED") == original
+    # A bad line on stdin is refused whole, as in a file: nothing published.
+    refused = await asyncio.to_thread(
+        subprocess.run,
+        [MEMSTREAM, "events", "import", "-", "--force"],
+        env=restored_env,
+        input=b'{"seq": 1}\n',
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert b"Traceback" not in refused.stderr
+    assert len(await _stored(second_server.url, "RESTORED")) == len(original)

@@ -91,6 +91,13 @@ async def test_stats_by_model_by_day_and_across_namespaces(
                 env, "stats", "--since", "2026-02-01", "--until", "2026-01-01", expect=1
             ),
             "no_day": memstream(env, "stats", "--by", "model", "--plot", str(chart), expect=1),
+            "piped": subprocess.run(
+                [MEMSTREAM, "stats", "--by", "day", "--plot", "-"],
+                env=env,
+                capture_output=True,
+                timeout=120,
+                check=True,
+            ),
         }
 
     got = await asyncio.to_thread(work)
@@ -117,6 +124,7 @@ async def test_stats_by_model_by_day_and_across_namespaces(
     assert "claude" in got["table"].stdout
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert chart.stat().st_mode & 0o777 == 0o600
+    assert got["piped"].stdout[:8] == b"\x89PNG\r\n\x1a\n"  # --plot -: only the PNG, on stdout
     assert "name one or more of day, namespace, model, source" in got["bad_by"].stderr
     assert "--since 2026-02-01 is after --until 2026-01-01" in got["bad_range"].stderr
     assert "include day in --by" in got["no_day"].stderr

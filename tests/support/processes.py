@@ -33,12 +33,16 @@ def start_worker(env: dict[str, str], log: Path, *options: str) -> subprocess.Po
         )
 
 
-def memstream(env: dict[str, str], *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
+def memstream(
+    env: dict[str, str], *args: str, expect: int = 0, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The CLI run to its end; ``stdin``: what it reads on standard input (else nothing)."""
     # stdin is never a terminal: a command that would ask a question must refuse, not hang
+    feed: dict[str, Any] = {"stdin": subprocess.DEVNULL} if stdin is None else {"input": stdin}
     result = subprocess.run(
         [MEMSTREAM, *args],
         env=env,
-        stdin=subprocess.DEVNULL,
+        **feed,
         capture_output=True,
         text=True,
         timeout=120,

@@ -41,8 +41,10 @@ def _in_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
 
 
-def invoke(*args: str, env: dict[str, str | None] | None = None) -> Result:
-    return CliRunner().invoke(app, list(args), env={**CLEAN_ENV, **(env or {})})
+def invoke(
+    *args: str, env: dict[str, str | None] | None = None, stdin: str | None = None
+) -> Result:
+    return CliRunner().invoke(app, list(args), env={**CLEAN_ENV, **(env or {})}, input=stdin)
 
 
 def command_paths() -> list[tuple[str, ...]]:
@@ -286,6 +288,19 @@ def test_context_set_needs_exactly_one_source_of_content(tmp_path: Path) -> None
     # An unreadable file names the file
     missing = invoke("context", "set", "memory", "--file", str(tmp_path / "missing.txt"))
     assert_user_error(missing, f"cannot read --file {tmp_path / 'missing.txt'}")
+
+
+def test_a_file_argument_of_dash_reads_standard_input() -> None:
+    # Checked before connecting, as a file's lines are: the error names the line of stdin
+    result = invoke("memory", "ingest", "alice", "-", stdin='{"role": "user"}\nnot json\n')
+    assert_user_error(result, "<stdin>:2 is not JSON")
+    result = invoke("memory", "ingest", "alice", "-", stdin="[1]\n")
+    assert_user_error(result, "<stdin>:1 is not a JSON object")
+
+
+def test_stats_plot_to_stdout_cannot_go_with_json() -> None:
+    result = invoke("stats", "--plot", "-", "--json")
+    assert_user_error(result, "--plot - writes the PNG to stdout: it cannot go with --json")
 
 
 def test_context_and_prompt_check_labels_and_session_ids_before_connecting() -> None:
