@@ -3,7 +3,7 @@
 answer as the in-memory index does (issue 14, item 3).
 
 The pgvector tests skip, saying so, on a server without the extension (Debian bookworm ships
-none: build it from source against ``postgresql-server-dev-15``, as the README says)."""
+none: build it from source against ``postgresql-server-dev-15``, as docs/configuration.md says)."""
 
 from __future__ import annotations
 

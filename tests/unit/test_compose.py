@@ -32,7 +32,8 @@ from memstream.workers.service import WORKERS
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
-README = ROOT / "README.md"
+# The document that shows how to run the distributed shape (its `docker compose run` lines).
+OPERATIONS = ROOT / "docs" / "operations.md"
 NATS_NODES = ("nats1", "nats2", "nats3")
 MEMSTREAM_SERVICES = {*WORKERS, "memstream"}
 # ${NAME} or ${NAME:-default}: compose fills it from the shell; here the shell sets nothing.
@@ -184,7 +185,7 @@ def test_the_cli_service_runs_only_on_demand() -> None:
     assert services()["memstream"]["profiles"] == ["cli"]
 
 
-@pytest.mark.parametrize("document", [README, COMPOSE], ids=lambda path: path.name)
+@pytest.mark.parametrize("document", [OPERATIONS, COMPOSE], ids=lambda path: path.name)
 def test_the_documented_cli_runs_are_real_commands(document: Path) -> None:
     # Given the `docker compose run --rm memstream ARGS` lines a document shows
     text = document.read_text(encoding="utf-8")
