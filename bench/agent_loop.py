@@ -80,7 +80,7 @@ class Floor:
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute("PRAGMA synchronous = NORMAL")
         # Checkpoints in a thread of their own, off the commit path, as the projector has them
-        # (a commit that checkpoints took up to 0.6 s here).
+        # (a commit that checkpoints stalls: bench/RESULTS.md, 'Figures moved from code comments').
         defer_checkpoints(self.db)
         self.checkpointer = Checkpointer(database)
         self.checkpointer.start()

@@ -65,7 +65,8 @@ class PgFloor:
         self.db.execute(_SCHEMA)
         # Plans that follow the table's growth: psycopg prepares a statement from its fifth
         # execution, and a generic plan of the walk made while the table was nearly empty
-        # scans the table at every step (0.4 → 5 ms per walk within 2,000 steps here).
+        # scans the table at every step, so a walk's cost grows with the table
+        # (bench/RESULTS.md, 'Figures moved from code comments').
         self.db.execute("SET plan_cache_mode = force_custom_plan")
         self.leaves: dict[str, int | None] = {}
 

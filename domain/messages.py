@@ -150,11 +150,11 @@ LARGE_DECODE = 1000
 def _collector_paused(pause: bool) -> Iterator[None]:
     """Pause Python's cyclic garbage collector while a large JSON array is decoded.
 
-    A 10,000-message history creates some 40,000 dicts and lists, all new and none in a cycle:
-    the collector would walk them again and again for nothing, and could start a full
-    collection of the whole process in the middle (measured: a first ``get_history`` of 10,000
-    messages in a new process took 55 ms instead of 40 when one did). Paused, the objects are
-    examined once afterwards, at the collector's next turn. Only re-enabled if it was enabled.
+    A 10,000-message history creates some 40,000 dicts and lists, all new and none in a cycle: the
+    collector would walk them again and again for nothing, and could start a full collection of the
+    whole process in the middle, which walks every object the process holds (bench/RESULTS.md,
+    'Figures moved from code comments'). Paused, the objects are examined once afterwards, at the
+    collector's next turn. Only re-enabled if it was enabled.
     """
     if not pause or not gc.isenabled():
         yield
@@ -169,9 +169,10 @@ def _collector_paused(pause: bool) -> Iterator[None]:
 def decode_messages(texts: Sequence[str]) -> list[Message | None]:
     """:func:`decode_message` of each text, parsed as one JSON array when every text is valid.
 
-    One parse of a 10,000-message history is a third faster than 10,000 parses. A text that is
-    not one JSON value makes the array invalid (or changes its length), and then each text is
-    parsed on its own, so corrupt rows still come back as ``None`` in their place.
+    One parse of a long history enters the parser once instead of once per message
+    (bench/RESULTS.md, 'Figures moved from code comments'). A text that is not one JSON value makes
+    the array invalid (or changes its length), and then each text is parsed on its own, so corrupt
+    rows still come back as ``None`` in their place.
     """
     try:
         with _collector_paused(len(texts) >= LARGE_DECODE):

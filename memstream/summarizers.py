@@ -21,7 +21,9 @@ from memstream.domain.limits import check_int, require_str
 from memstream.domain.redaction import redact, redacted_exception, url_secrets
 from memstream.settings import Settings
 
-if TYPE_CHECKING:  # imported where a request is made (~100 ms at import time)
+# httpx is imported where a request is made, as its import is costly
+# (bench/RESULTS.md, 'Figures moved from code comments').
+if TYPE_CHECKING:
     import httpx
 
 logger = logging.getLogger(__name__)

@@ -49,7 +49,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
 # Conflicts are retried for this long (a writer that keeps losing to others in tight loops can
-# wait for several of their bursts; measured up to ~4 s with 8 writers on one session here).
+# wait for several of their bursts): room to spare over the longest such wait seen
+# (bench/RESULTS.md, 'Figures moved from code comments').
 RETRY_SECONDS = 15.0
 CACHE_SIZE = 256
 # A writer that lost a race reads the winner's events before it retries, while the winner can go

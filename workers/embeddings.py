@@ -22,8 +22,8 @@ logger = logging.getLogger(__name__)
 
 QUERY_CACHE_SIZE = 1024
 MAX_TORCH_THREADS = 4  # MiniLM gains little past 4 intra-op threads; leave cores to the workers
-# Texts encoded per hold of the model (one batch: up to ~0.7 s of CPU here): see
-# Embedder.encode.
+# Texts encoded per hold of the model (one batch, so a short encode waits for one batch at
+# most; bench/RESULTS.md, 'Figures moved from code comments'): see Embedder.encode.
 LOCK_CHUNK = 64
 
 Vectors = npt.NDArray[np.float32]
@@ -92,7 +92,8 @@ class Embedder:
                 vectors = self._encode(items, batch_size)
         else:
             # Longest first, as the model would sort them itself: each chunk's batches then
-            # pad little (chunks of unsorted texts encoded at 60% of the rate).
+            # pad little (unsorted, each batch mixes short texts with long ones and pads them:
+            # bench/RESULTS.md, 'Figures moved from code comments').
             order = sorted(range(len(items)), key=lambda i: -len(items[i]))
             vectors = np.empty((len(items), self.dimension), dtype=np.float32)
             for start in range(0, len(order), LOCK_CHUNK):
@@ -158,7 +159,8 @@ def _load(key: str) -> Embedder:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     # OpenMP threads that spin while waiting collapse when another process (nats-server, the
-    # event loop) holds a core: one query took 450 ms instead of 30 on a busy 2-core box.
+    # event loop) holds a core: they spin on the cores the threads they wait for need
+    # (bench/RESULTS.md, 'Figures moved from code comments').
     # Read when torch loads its OpenMP runtime, so only effective if torch is not loaded yet.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     start = time.perf_counter()

@@ -1,11 +1,12 @@
 """nats-py's client with faster message headers (every event carries eleven), requests and
 deliveries.
 
-nats-py 2.16 spends more on headers than on anything else per message here: building an event's
-header block for a publish takes 26 µs (a regex match, a strip, a translate and four bytearray
-extends per header) and parsing one on delivery 31 µs (each name checked for whitespace one
-character at a time through a generator). :class:`MemstreamNatsClient` produces and reads the
-same bytes and the same dicts in 4 µs and 17 µs; the tests compare both against nats-py's own code.
+Headers are most of what nats-py 2.16 spends per message: building an event's header block for
+a publish does a regex match, a strip, a translate and four bytearray extends per header, and
+parsing one on delivery checks each name for whitespace one character at a time through a
+generator. :class:`MemstreamNatsClient` produces and reads the same bytes and the same dicts with
+less work per header (bench/RESULTS.md, 'Figures moved from code comments'); the tests compare
+both against nats-py's own code.
 
 Every message nats-py delivers to a subscription goes through that subscription's queue and
 task, and every request draws a random token (a ``getrandom`` system call) and waits in

@@ -72,14 +72,15 @@ FIRST_RETRY_DELAY = 0.05
 # (an append_messages of hundreds of messages) are
 # mostly SQLite work, which runs beside this process's writers with the GIL released. Many small
 # events are mostly Python work, which would only contend for the GIL with the writers
-# (measured: sequential appends 0.44x instead of 0.53x of raw publishing).
+# (bench/RESULTS.md, 'Figures moved from code comments').
 THREAD_BYTES = 64 * 1024
 THREAD_EVENTS = 16
 # ... and so are larger batches whose events hold this much on average (a burst of chains).
 THREAD_EVENT_BYTES = 16 * 1024
 # How long a batch is applied before the event loop gets a turn (while no reader waits for the
 # batch): a writer in the process waits at most about this long behind the projector, and the
-# loop is not entered after every event (~15 µs each).
+# loop is not entered after every event (each entry costs a turn of the loop: bench/RESULTS.md,
+# 'Figures moved from code comments').
 APPLY_SLICE = 0.0005
 # How long a clean stop waits for the batch in hand to commit before it abandons it.
 STOP_DRAIN_SECONDS = 5.0
@@ -218,11 +219,12 @@ class ProjectorWorker:
         self.on_commit = on_commit
         self.demand = demand
         self.linger = linger
-        # True: standing pull requests (Puller.pull) and deferred acks. Off by default: the
-        # server then delivers each event on its own as it is stored, which cost sequential
-        # appends with the projector in-process a fifth of their rate (0.42x instead of 0.53x of
-        # raw publishing), for no measurable gain in the agent loop. False: a pull request per
-        # batch and an ack per commit (Puller.fetch), the path nats-py's fetch takes.
+        # True: standing pull requests (Puller.pull) and deferred acks. Off by default: the server
+        # then delivers each event on its own as it is stored, a delivery per event that sequential
+        # appends with the projector in-process pay for in their rate, for no gain in the agent loop
+        # (bench/RESULTS.md, 'Figures moved from code comments'; 'agent loop', 2026-12-02). False: a
+        # pull request per batch and an ack per commit (Puller.fetch), the path nats-py's fetch
+        # takes.
         self.standing_pull = standing_pull
         self._unacked: Msg | None = None
         self.thread_bytes = THREAD_BYTES if thread_bytes is None else thread_bytes
@@ -950,7 +952,8 @@ class ProjectorWorker:
         events while no reader waits for the batch.
 
         A lingering projector's batch holds a few hundred events: applied at once, it would
-        hold up a writer in this process for ~10 ms (its p99.9 append latency); applied in
+        hold up a writer in this process for all of it (the tail of its append latency:
+        bench/RESULTS.md, 'sequential append_message, each awaited', p99.9); applied in
         slices of :data:`APPLY_SLICE`, the writer waits for one slice at most. A waiting reader
         gets the rest of the batch at full speed.
 

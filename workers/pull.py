@@ -1,11 +1,11 @@
 """Reading a JetStream pull consumer in batches.
 
 nats-py 2.16's ``PullSubscription.fetch`` waits for every message of a batch with
-``Subscription.next_msg``, which creates an asyncio task (named by a fresh uuid4) and a
-``wait_for`` per message, even when the message is already queued: about 48 µs per message here,
-a third of what the projector spends on an event. It also sends every pull request from one reply
-inbox, so the "408 Request Timeout" of a request that outlived its fetch can end the next fetch's
-request early.
+``Subscription.next_msg``, which creates an asyncio task (named by a fresh uuid4) and a ``wait_for``
+per message, even when the message is already queued: a large share of what the projector spends on
+an event (bench/RESULTS.md, 'Figures moved from code comments'). It also sends every pull request
+from one reply inbox, so the "408 Request Timeout" of a request that outlived its fetch can end the
+next fetch's request early.
 
 :class:`Puller` sends the same pull requests as nats-py (a ``no_wait`` probe, then one lingering
 request for the time left), each from its own reply subject under one wildcard subscription:

@@ -33,9 +33,9 @@ class QueryAnalysis:
         if encoder is None:
             return None
         if encoder.loaded and not encoder.busy:
-            # On the event loop's thread (~15-20 ms): run in a thread beside the recall's
-            # read-model queries instead, it made a recall slower on 2 cores (measured; the GIL
-            # and the cores are shared).
+            # On the event loop's thread: run in a thread beside the recall's read-model
+            # queries instead, it made a recall slower on 2 cores (the GIL and the cores are
+            # shared; bench/RESULTS.md, 'recall (low)' of the earlier instrumented runs).
             return encoder.encode_query(text)
         # Loading, or encoding for an indexer or extractor: not on the event loop.
         return await asyncio.to_thread(encoder.encode_query, text)

@@ -71,14 +71,13 @@ def connect(
     """A new connection to the database at ``url`` with the memstream schema first on its
     search path (created by :func:`~memstream.projections.postgres.schema.migrate`).
 
-    psycopg prepares a statement from its fifth execution, and PostgreSQL may then keep one
-    generic plan for it: made while a table was nearly empty, a plan of a join or a walk keeps
-    scanning the table as it grows (a path walk went from 0.2 to 7 ms per read over 2,000
-    appends, until autovacuum's ANALYZE). Statements whose plan depends on the tables' sizes
-    (walks, joins with an array of rows) are therefore run unprepared (``prepare=False``):
-    planned at each execution for its parameters and the tables as they are then. Statements
-    that look rows up by a unique key keep their prepared plans (planning one costs more than
-    running it).
+    psycopg prepares a statement from its fifth execution, and PostgreSQL may then keep one generic
+    plan for it: made while a table was nearly empty, a plan of a join or a walk keeps scanning the
+    table as it grows (a path walk's reads slowed with every append until autovacuum's ANALYZE:
+    bench/RESULTS.md, 'PostgreSQL agent loop'). Statements whose plan depends on the tables' sizes
+    (walks, joins with an array of rows) are therefore run unprepared (``prepare=False``): planned
+    at each execution for its parameters and the tables as they are then. Statements that look rows
+    up by a unique key keep their prepared plans (planning one costs more than running it).
 
     Raises:
         InvalidInputError: ``url`` is not a PostgreSQL URL.

@@ -1,10 +1,10 @@
 """WAL checkpoints in a thread of their own, so that no commit of the projector waits for one.
 
 By default SQLite checkpoints inside the COMMIT that grows the WAL past 1,000 pages: that
-commit copies the WAL into the database file and syncs both. Measured here (an agent loop with
-the projector in the process, and nats-server writing its own store on the same disk) the
-median commit took 84 µs and the one that checkpointed up to 620 ms: those stalls were most of
-the average commit, and they are a reader's worst-case wait for its own write.
+commit copies the WAL into the database file and syncs both, where another commit writes a few
+pages. In an agent loop with the projector in the process, those stalls were most of the average
+commit (bench/RESULTS.md, 'Figures moved from code comments'), and they are a reader's worst-case
+wait for its own write.
 
 The projector turns automatic checkpoints off on its connection (``PRAGMA wal_autocheckpoint =
 0``) and a :class:`Checkpointer` runs ``PRAGMA wal_checkpoint(PASSIVE)`` on a connection of its

@@ -29,7 +29,8 @@ SCHEMA_VERSION = 17
 APPLICATION_ID = 0x4D534442
 APPLICATION_ID_VERSION = 6
 # Up to this size, opening for the projector (``repair=True``) runs ``PRAGMA quick_check``:
-# about 1 ms per MiB with a warm page cache. Larger files are checked at their first error.
+# its time grows with the file (bench/RESULTS.md, 'Figures moved from code comments'). Larger
+# files are checked at their first error.
 QUICK_CHECK_LIMIT = 32 * 1024 * 1024
 # How long a statement waits for another connection's write lock before it fails.
 BUSY_TIMEOUT_MS = 30_000
@@ -94,8 +95,8 @@ _MIGRATIONS: dict[int, str] = {
     """,
     # The message FTS gets a ``scope`` column holding the session key (``sid``) as a token, so
     # a session's search is one FTS5 query instead of a ``messages`` lookup for every match in
-    # the whole table to check its session (3.7x slower for a 5,000-message session among
-    # 100,000 messages, 1.2x for the 100,000-message session itself).
+    # the whole table to check its session, which costs more the more of the matches are other
+    # sessions' (bench/RESULTS.md, 'Figures moved from code comments').
     2: """
     CREATE VIRTUAL TABLE messages_fts_v2 USING fts5(
         text, scope, tokenize = 'porter unicode61'
@@ -154,9 +155,10 @@ _MIGRATIONS: dict[int, str] = {
         text, scope, tokenize = 'porter unicode61'
     );
     """,
-    # A message links to its parent's row (``parent_mid``) as well as its id, so that a path
-    # walk follows integer primary keys instead of (sid, id) text-index lookups: a 10,000-hop
-    # walk is about a fifth faster. NULL while the parent is not stored (deleted or unknown).
+    # A message links to its parent's row (``parent_mid``) as well as its id, so that a path walk
+    # follows integer primary keys instead of (sid, id) text-index lookups: each hop is one b-tree
+    # search instead of two (the index, then the row; bench/RESULTS.md,
+    # 'Figures moved from code comments'). NULL while the parent is not stored (deleted or unknown).
     4: """
     ALTER TABLE messages ADD COLUMN parent_mid INTEGER;
     UPDATE messages SET parent_mid = (
@@ -238,11 +240,11 @@ _MIGRATIONS: dict[int, str] = {
     # A session's messages take one contiguous row-id range (``sid << 32 | n``, see
     # ``message_rows``), and so do their FTS5 rows, which lose the ``scope`` column: a session's
     # search restricts the query to its row-id range, which FTS5 seeks to, instead of ANDing a
-    # per-session token (as slow as the session is long: 1.5x raw FTS5 on a 100,000-message
-    # session, now 1.0x). The FTS5 table is contentless: it indexes each message's text without
-    # keeping a second copy of it (the text derives from ``messages.content``; see
-    # ``session_writes.indexed_text``). Row ids change, so the sessions projection is emptied
-    # here and projected again from the log.
+    # per-session token (whose posting list is as long as the session: bench/RESULTS.md,
+    # 'Figures moved from code comments'). The FTS5 table is contentless: it indexes each message's
+    # text without keeping a second copy of it (the text derives from ``messages.content``; see
+    # ``session_writes.indexed_text``). Row ids change, so the sessions projection is emptied here
+    # and projected again from the log.
     10: """
     DROP TABLE messages_fts;
     CREATE VIRTUAL TABLE messages_fts USING fts5(

@@ -1,12 +1,12 @@
 """The connection a client's reads go through: its own, or one lent by the projector next to it.
 
-SQLite drops a connection's whole page cache when another connection has written to the file
-since its last read. A client whose projector runs in the same process reads right after each
-commit of that projector, so every read on the client's own connection starts cold and reads
-its pages again (a 50-message history path: ~3x the time of the same read on the connection
-that wrote it). Between its transactions the projector's connection is idle and its cache is
-warm: :class:`ReadConnection` reads through it then, and through the client's own connection
-otherwise (no projector here, a batch open, the projector's file not the one read here).
+SQLite drops a connection's whole page cache when another connection has written to the file since
+its last read. A client whose projector runs in the same process reads right after each commit of
+that projector, so every read on the client's own connection starts cold and reads its pages again,
+where the connection that wrote them has them cached (bench/RESULTS.md,
+'Figures moved from code comments'). Between its transactions the projector's connection is idle and
+its cache is warm: :class:`ReadConnection` reads through it then, and through the client's own
+connection otherwise (no projector here, a batch open, the projector's file not the one read here).
 
 Reads are synchronous and run on the event loop's thread, like the projector's steps, so a
 lent connection cannot start a batch in the middle of a read; a read transaction

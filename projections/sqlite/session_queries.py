@@ -32,7 +32,7 @@ WITH RECURSIVE path ({column}, parent_mid, depth) AS (
 
 _PATH = _path_walk("mid")
 # The walk visits every row anyway: carrying the content along saves a second lookup per row
-# (a 10,000-message history reads ~6 ms faster than joining the rows again by mid).
+# (bench/RESULTS.md, 'Figures moved from code comments').
 _PATH_CONTENTS = _path_walk("content") + "SELECT depth, content FROM path"
 
 # The recent window, walked up from the leaf (§3.10): a row joins while the window has fewer
@@ -95,7 +95,7 @@ class SqliteSessionQueries:
             _PATH_CONTENTS, {"sid": sid, "leaf": leaf, "max_depth": messages - 1}
         ).fetchall()
         # Root first. Sorted here on the unique depths: an ORDER BY would copy every content
-        # string through SQLite's sorter (a 10,000-message history reads 12% faster this way).
+        # string through SQLite's sorter (bench/RESULTS.md, 'Figures moved from code comments').
         rows.sort(reverse=True)
         return [row[1] for row in rows]
 
@@ -330,7 +330,8 @@ class SqliteSessionQueries:
                 "ORDER BY score LIMIT :limit"
             )
         # Rank on rowids alone, then read the text and rows of the winners only: carrying the
-        # text of every match through the sort made common terms twice as slow.
+        # text of every match through the sort costs most for common terms, which match most
+        # rows (bench/RESULTS.md, 'Figures moved from code comments').
         # (The index keeps no copy of the text: a hit's text is its message's, again.)
         rows = self.connection.execute(
             "SELECT m.id, m.role, m.content, m.created_at, k.session_id "

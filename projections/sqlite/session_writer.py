@@ -75,7 +75,8 @@ class SessionRows:
     last one in a batch is written). FTS5 keeps the terms of a transaction in memory and writes
     them out as one index segment at commit, but also at every statement that opens a statement
     journal, such as an upsert: inserted one by one between the other writes of a batch, the
-    rows of a 200-event batch became 200 segments, and an insert cost ~85 µs instead of ~25.
+    rows of a 200-event batch became 200 segments, a segment written per insert
+    (bench/RESULTS.md, 'Figures moved from code comments').
     """
 
     __slots__ = ("children", "counts", "positions", "sids", "texts", "tips", "versions")
@@ -415,8 +416,8 @@ def _insert_chain(
         return False
     marks = ",".join("?" * len(ids))
     # Two lookups, each on its index ((sid, id) and (sid, parent_id)): in one statement the
-    # OR of the two lists made SQLite scan every row of the session (4.3 ms for a chain of
-    # 500 into a 20,000-message session, against 0.4 ms; it grew with the session).
+    # OR of the two lists made SQLite scan every row of the session, a cost that grew with the
+    # session (bench/RESULTS.md, 'Figures moved from code comments').
     for column in ("id", "parent_id"):
         clash = connection.execute(
             f"SELECT 1 FROM messages WHERE sid = ? AND {column} IN ({marks}) LIMIT 1",

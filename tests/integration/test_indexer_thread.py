@@ -1,9 +1,10 @@
 """The indexer's model works beside the event loop, never on it: in a new process (the model not
 loaded yet), writes right after an ingest are acknowledged while the model loads and encodes.
 
-Before the indexer applied its batches in a thread, loading the model (~8 s here) ran on the
-event loop of the process that ingested: the second ``ingest(wait=False)`` in a row failed
-with "NATS did not acknowledge a write" (its 5 s ack timer fired first).
+Before the indexer applied its batches in a thread, loading the model (bench/RESULTS.md,
+'Figures moved from code comments') ran on the event loop of the process that ingested: the second
+``ingest(wait=False)`` in a row failed with "NATS did not acknowledge a write" (its 5 s ack timer
+fired first).
 """
 
 from __future__ import annotations

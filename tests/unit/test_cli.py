@@ -450,8 +450,9 @@ def test_database_url_option_selects_postgresql_and_is_checked_before_use() -> N
 
 
 def test_the_cli_imports_faststream_only_for_a_worker() -> None:
-    # Every CLI call pays for its imports: FastStream (~0.25 s of a ~0.7 s start) is only
-    # needed by `memstream worker`, which imports it when it runs.
+    # Every CLI call pays for its imports: FastStream (a large share of a start:
+    # bench/RESULTS.md, 'Figures moved from code comments') is only needed by `memstream
+    # worker`, which imports it when it runs.
     code = (
         "import sys, memstream.cli.app\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('faststream', 'uvicorn')))\n"

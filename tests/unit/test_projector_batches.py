@@ -356,7 +356,8 @@ def test_a_batch_is_prepared_before_its_transaction_takes_the_write_lock(
     database: sqlite3.Connection, tmp_path: Path
 ) -> None:
     # A model loading or encoding in prepare takes seconds: holding the write lock meanwhile
-    # stalled every other writer, an event loop's projector among them (5 s in one test).
+    # stalled every other writer, an event loop's projector among them, for as long as the
+    # model took (bench/RESULTS.md, 'Figures moved from code comments').
     log = Log()
     for n in range(3):
         log.append("s", f"m{n}", f"text {n}")
