@@ -6,17 +6,10 @@ from typing import Annotated
 
 import typer
 
+from memstream import admin
+from memstream.admin import COPIES_WAIT, PurgeReport, check_wait, parse_duration
 from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import emit_json, show_purge
-from memstream.workers.codec import CommandMeta
-from memstream.workers.purge import (
-    COPIES_WAIT,
-    PurgeReport,
-    check_wait,
-    parse_duration,
-    purge,
-)
-from memstream.workers.time_travel import clear_cache
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -69,13 +62,9 @@ def purge_command(
 
     async def main() -> PurgeReport:
         async with connected(settings, workers=False) as ms:
-            return await purge(
-                ms.log, older_than, meta=CommandMeta(actor=ms.actor), dry_run=dry_run, wait=wait
-            )
+            return await admin.purge(ms, older_than, dry_run=dry_run, wait=wait)
 
     report = run(main())
-    if not dry_run and report.records:
-        clear_cache(settings.data_dir)
     if as_json:
         emit_json(report.as_json())
     else:

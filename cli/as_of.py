@@ -9,11 +9,10 @@ from typing import Annotated
 
 import typer
 
-from memstream import Memstream, Settings
+from memstream import Memstream, Settings, admin
+from memstream.admin import ContextQueries, SessionQueries, parse_as_of
 from memstream.cli.context import connected
 from memstream.cli.output import progress_bar
-from memstream.projections.ports import ContextQueries, SessionQueries
-from memstream.workers.time_travel import as_of_reads, parse_as_of
 
 AsOfOption = Annotated[
     str | None,
@@ -55,8 +54,8 @@ async def reading(settings: Settings, as_of: str | None, *projections: str) -> A
     when = parse_as_of(as_of)  # before connecting: a typo fails fast
     async with connected(settings, workers=False) as ms:
         with progress_bar(f"building the read models as of {as_of}") as progress:
-            seq, models = await as_of_reads(ms.log, ms.settings.data_dir, when, progress=progress)
+            past = await admin.as_of(ms, when, progress=progress)
         try:
-            yield Reads(ms.namespace, models.sessions, models.context, None, seq)
+            yield Reads(ms.namespace, past.sessions, past.context, None, past.seq)
         finally:
-            models.close()
+            past.close()

@@ -7,11 +7,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from memstream import InvalidInputError, NotFoundError
+from memstream import InvalidInputError, NotFoundError, admin
+from memstream.admin import AuditEvent
 from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import emit_json, stdout
 from memstream.domain.limits import check_session_id
-from memstream.workers.audit import AuditEvent, memory_trail, session_trail
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -39,9 +39,7 @@ def audit_session(
 
     async def main() -> list[AuditEvent]:
         async with connected(settings) as ms:
-            await ms.sync("context")  # (the session's block labels)
-            labels = [b["label"] for b in ms.context_queries.blocks(ms.namespace, session)]
-            return await session_trail(ms.log, ms.namespace, session, labels)
+            return await admin.session_trail(ms, session)
 
     trail = run(main())
     if not trail:
@@ -73,7 +71,7 @@ def audit_memory(
 
     async def main() -> list[AuditEvent]:
         async with connected(settings, workers=False) as ms:
-            return await memory_trail(ms.log, ms.namespace, memory_id, profile)
+            return await admin.memory_trail(ms, memory_id, profile)
 
     trail = run(main())
     if not trail:

@@ -113,11 +113,6 @@ def serve_metrics(
     """With a ``--metrics-port``: serve Prometheus metrics of this process and of
     ``workers()`` (asked at each scrape), and follow the log's end for their lag (the task to
     cancel at exit)."""
-    if port is None:
-        return None
-    from memstream.workers.telemetry import telemetry
+    from memstream.platform import serve_metrics as serve
 
-    metrics = telemetry()
-    metrics.workers.watch(workers)
-    metrics.serve(port, host)
-    return asyncio.ensure_future(metrics.workers.follow_ends())
+    return serve(port, host, workers)

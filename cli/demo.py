@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memstream import Memstream, StaticContext
+from memstream import Memstream, StaticContext, admin
+from memstream.admin import PlatformStatus
 from memstream.types import SearchHit, SessionMessage
-from memstream.workers.status import PlatformStatus, platform_status
 
 SESSION = "demo"
 QUERY = "pastel de nata"
@@ -90,5 +90,5 @@ async def run_demo(ms: Memstream) -> DemoResult:
         prompt=prompt,
         memory_question=MEMORY_QUESTION,
         recall=await profile.recall(MEMORY_QUESTION),
-        status=await platform_status(ms.log, ms.read_models),
+        status=await admin.status(ms),
     )

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import typer
 
+from memstream import admin
+from memstream.admin import Finding
 from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import emit_json, note, stdout
-from memstream.workers.doctor import SAMPLE_SECONDS, Finding, diagnose
-from memstream.workers.server_version import server_version
-from memstream.workers.status import platform_status
 
 
 def doctor(
@@ -30,25 +28,7 @@ def doctor(
 
     async def main() -> list[Finding]:
         async with connected(settings, workers=False, check_log=False) as ms:
-            durability = await ms.durability()
-            first = await platform_status(ms.log, ms.read_models, durability=durability)
-            await asyncio.sleep(SAMPLE_SECONDS if any(p.lag for p in first.projections) else 0)
-            second = await platform_status(
-                ms.log,
-                ms.read_models,
-                durability=durability,
-                stream_copies=await ms.stream_copies(),
-            )
-            reported = server_version(ms.client)
-            version = "unknown" if reported is None else reported[1]
-            runtime = ms.runtime
-            return diagnose(
-                first,
-                second,
-                embedded=runtime is not None,
-                idle=runtime is not None and runtime.owner,
-                versions={"nats-server": version},
-            )
+            return await admin.doctor(ms)
 
     findings = run(main())
     wrong = [f for f in findings if not f.ok]

@@ -9,13 +9,13 @@ from typing import IO, Annotated, Any
 
 import typer
 
-from memstream import InvalidInputError, NotFoundError
+from memstream import InvalidInputError, admin
+from memstream.admin import AGGREGATE_KINDS, AuditEvent, EventQuery, ImportResult, subject_filter
 from memstream.cli.context import connected, run, settings_of, until_signal
 from memstream.cli.output import (
     emit_json,
     emit_jsonl,
     event_line,
-    export_line,
     import_progress,
     input_file,
     is_stdio,
@@ -25,15 +25,6 @@ from memstream.cli.output import (
 )
 from memstream.domain.limits import check_int
 from memstream.settings import Settings
-from memstream.workers.audit import (
-    AGGREGATE_KINDS,
-    AuditEvent,
-    EventQuery,
-    read_events,
-    subject_filter,
-    tail_events,
-)
-from memstream.workers.event_transfer import ImportResult, import_events
 
 app = typer.Typer(no_args_is_help=True, help="Read the log: every change, with who and why.")
 
@@ -90,7 +81,7 @@ def tail(
 
     async def main() -> None:
         async with connected(settings, workers=False) as ms:
-            async for event in tail_events(ms.log, query, count=count, follow=follow):
+            async for event in admin.tail(ms, query, count=count, follow=follow):
                 if as_json:
                     emit_jsonl(event.export_json())
                 else:
@@ -112,14 +103,10 @@ def show(
     settings = settings_of(ctx)
     if seq < 1:
         raise InvalidInputError(f"sequence is {seq}; stream sequences start at 1")
-    query = EventQuery(from_seq=seq, to_seq=seq)
 
     async def main() -> AuditEvent:
         async with connected(settings, workers=False) as ms:
-            async for event in read_events(ms.log, query):
-                return event
-            last = await ms.log.stream_last_seq()
-        raise NotFoundError(f"no event at sequence {seq}; the log's last sequence is {last}")
+            return await admin.event_at(ms, seq)
 
     event = run(main())
     if as_json:
@@ -222,13 +209,9 @@ def export(
     event_query("ms", **criteria)  # bad filters fail before connecting
 
     async def main(file: IO[str]) -> int:
-        exported = 0
         async with connected(settings, workers=False) as ms:
             query = event_query(ms.log.subject_prefix, **criteria)
-            async for event in read_events(ms.log, query):
-                file.write(export_line(event))
-                exported += 1
-        return exported
+            return await admin.export_events(ms, query, file)
 
     if output is None or is_stdio(output):
         run(main(sys.stdout))
@@ -281,8 +264,8 @@ def _import(settings: Settings, path: Path, *, force: bool, progress: bool) -> I
     async def main() -> ImportResult:
         async with connected(settings, workers=False) as ms:
             with import_progress(enabled=progress) as (on_total, on_progress):
-                return await import_events(
-                    ms.log, path, force=force, on_total=on_total, on_progress=on_progress
+                return await admin.import_events(
+                    ms, path, force=force, on_total=on_total, on_progress=on_progress
                 )
 
     return run(main())

@@ -26,16 +26,19 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from memstream.admin import (
+    AuditEvent,
+    Difference,
+    PlatformStatus,
+    ProjectionStatus,
+    PurgeReport,
+    VerifyResult,
+)
 from memstream.cli.demo import DemoResult
 from memstream.cli.logs import JsonFormatter
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.redaction import redact
-from memstream.projections.ports import Difference
-from memstream.workers.audit import AuditEvent
-from memstream.workers.data_dir import open_private, os_reason
-from memstream.workers.purge import PurgeReport
-from memstream.workers.rebuild import VerifyResult
-from memstream.workers.status import PlatformStatus, ProjectionStatus
+from memstream.platform import open_private, os_reason
 
 # A file argument that means standard input or output.
 STDIO = "-"
@@ -426,11 +429,6 @@ def show_purge(report: PurgeReport) -> None:
             else ""
         )
     )
-
-
-def export_line(event: AuditEvent) -> str:
-    """One line of ``events export`` (JSON, newline-terminated)."""
-    return json.dumps(event.export_json(), ensure_ascii=False, default=str) + "\n"
 
 
 @contextmanager

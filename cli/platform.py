@@ -18,20 +18,8 @@ from memstream.cli.context import (
 from memstream.cli.demo import run_demo
 from memstream.cli.output import note, show_demo, show_platform
 from memstream.domain.redaction import redact_url
-from memstream.llm_extractor import extractor_from_settings
-from memstream.projections.ports import (
-    PARTITIONABLE,
-    PROJECTOR_PROJECTIONS,
-    REGISTRY,
-    parse_projections,
-)
-from memstream.projections.read_models import open_read_models
-from memstream.workers.data_dir import prepare_data_dir, private_database
-from memstream.workers.embedded import EmbeddedRuntime
-from memstream.workers.projector import DEFAULT_LINGER, claim_copy
-from memstream.workers.service import WorkerConfig, worker_projections
+from memstream.platform import DEFAULT_LINGER, REGISTRY, run_worker
 
-MAX_LINGER = 10.0  # seconds; more would only make status show a lag longer
 METRICS_PORT = typer.Option(
     "--metrics-port",
     min=0,
@@ -156,87 +144,20 @@ def worker(
     Example: MEMSTREAM_NATS_URL=nats://10.0.0.5:4222 memstream worker projector
     --projections sessions
     """
-    # FastStream (~0.25 s to import) only for the command that runs a worker app.
-    from memstream.workers.apps import create_app, nats_security, require_worker
-
     settings = settings_of(ctx)
-    require_worker(name)
-    if name != "projector" and projections:
-        raise InvalidInputError(f"--projections is for the projector; the {name} runs its own")
-    selected = worker_projections(
-        name, tuple(parse_projections("--projections", projections, PROJECTOR_PROJECTIONS))
-    )
-    if partitions and name != "projector":
-        raise InvalidInputError(f"--partitions is for the projector; the {name} reads it whole")
-    unfit = [p for p in selected if p not in PARTITIONABLE]
-    if partitions and unfit:
-        raise InvalidInputError(
-            f"--partitions: projections {', '.join(unfit)} cannot be projected by partition "
-            f"(only {', '.join(PARTITIONABLE)}): run them in a worker without --partitions"
-        )
-    if not 0.5 <= lease_ttl <= 300:
-        raise InvalidInputError(f"--lease-ttl is {lease_ttl:g}; it must be 0.5 to 300 seconds")
-    if not 0 <= linger <= MAX_LINGER:
-        raise InvalidInputError(f"--linger is {linger:g}; it must be 0 to {MAX_LINGER:g} seconds")
-    runtime: EmbeddedRuntime | None = None
-    lock = None
-    url = settings.nats_url
-    if url is None:
-        runtime = EmbeddedRuntime.acquire(settings.data_dir, sync=settings.nats_sync)
-        if not runtime.owner:  # its owner runs the workers; a second projector would race it
-            runtime.release()
-            raise InvalidInputError(
-                f"another process owns {settings.data_dir} ({runtime.url}) and runs its workers; "
-                "set MEMSTREAM_NATS_URL to run workers apart from it"
-            )
-        url = runtime.url
-    else:
-        prepare_data_dir(settings.data_dir)
-    try:
-        # One read-model copy has one projector: refuse now, in one line, if one runs.
-        # (By partition, each partition's projector takes its own locks.)
-        if name != "extractor" and not partitions:  # the extractor writes to the log only
-            lock = claim_copy(open_read_models(settings), selected)
+
+    def started(line: str) -> None:
+        # Once FastStream is imported and the options checked: its logger goes our way too.
         configure_logging(ctx)
-        config = WorkerConfig(
-            nats_url=url,
-            stream=settings.stream,
-            stream_replicas=settings.stream_replicas,
-            stream_partitions=settings.stream_partitions,
-            database=(
-                settings.database_path
-                if settings.database_url is not None
-                else private_database(settings.database_path)
-            ),
-            database_url=settings.database_url,
-            linger=linger,
-            projections=selected,
-            embedding_model=settings.embedding_model,
-            partitioned=partitions,
-            lease_ttl=lease_ttl,
-        )
-        security = (
-            nats_security(token=runtime.token)  # the embedded server takes its data dir's token
-            if runtime is not None
-            else nats_security(
-                user=settings.nats_user,
-                password=settings.nats_password,
-                token=settings.nats_token,
-                creds=settings.nats_creds,
-            )
-        )
-        note(f"worker {name}: NATS {url}, stream {settings.stream}, database {config.database}")
-        app = create_app(
-            config,
-            name,
-            security=security,
-            lock=lock,
-            extractor=extractor_from_settings(settings),
-            metrics=(metrics_port, metrics_host),
-        )
-        run(app.run())
-    finally:
-        if lock is not None:
-            lock.release()
-        if runtime is not None:
-            runtime.release()
+        note(line)
+
+    run_worker(
+        settings,
+        name,
+        projections=projections,
+        partitions=partitions,
+        linger=linger,
+        lease_ttl=lease_ttl,
+        metrics=(metrics_port, metrics_host),
+        started=started,
+    )

@@ -6,6 +6,14 @@ from typing import Annotated
 
 import typer
 
+from memstream import admin
+from memstream.admin import (
+    MODEL_FREE_PROJECTIONS,
+    PROJECTIONS,
+    ProjectionStatus,
+    Verification,
+    parse_as_of,
+)
 from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import (
     emit_json,
@@ -15,21 +23,8 @@ from memstream.cli.output import (
     show_verify,
     verify_json,
 )
-from memstream.domain.errors import InvalidInputError, MemstreamError
+from memstream.domain.errors import InvalidInputError, MemstreamError, ReadModelAheadError
 from memstream.domain.redaction import redact
-from memstream.projections.ports import (
-    MODEL_FREE_PROJECTIONS,
-    PROJECTIONS,
-)
-from memstream.projections.read_models import open_read_models, read_models_at
-from memstream.workers.rebuild import VerifyResult, rebuild, repair, verify
-from memstream.workers.status import (
-    ProjectionStatus,
-    forget_copy,
-    profiles_last_seq,
-    projection_statuses,
-)
-from memstream.workers.time_travel import build_as_of, parse_as_of, sequence_as_of
 
 app = typer.Typer(no_args_is_help=True, help="Read models: positions, rebuilds, checksums.")
 
@@ -53,12 +48,7 @@ def list_projections(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
     async def main() -> list[ProjectionStatus]:
         async with connected(settings, workers=False) as ms:
-            return projection_statuses(
-                ms.read_models,
-                await ms.log.stream_last_seq(),
-                await profiles_last_seq(ms.log),
-                await ms.log.partition_ends(),
-            )
+            return await admin.projections(ms)
 
     statuses = run(main())
     if as_json:
@@ -111,20 +101,16 @@ def rebuild_projections(
         raise InvalidInputError(
             "--as-of builds another copy: name it with --into (the live read models stay current)"
         )
-    copy = open_read_models(settings) if into is None else read_models_at(into)
+    copy = admin.read_model_copy(settings, into)
     # Before connecting, which opens the copy to read it and fails on a damaged one.
-    moved = repair(copy) if copy.exists() else None
+    moved = admin.repair(copy) if copy.exists() else None
     if moved is not None:
         names = None  # a fresh file: every projection is rebuilt
 
     async def main() -> int:
         async with connected(settings, workers=False, check_log=False) as ms:
             with progress_bar("rebuilding") as progress:
-                if when is not None:
-                    seq = await sequence_as_of(ms.log, when)
-                    return await build_as_of(ms.log, copy, seq, names, progress=progress)
-                # With the embedding model (loaded only if there are texts): vectors too.
-                return await rebuild(ms.log, copy, names, progress=progress, encoder=ms.encoder)
+                return await admin.rebuild(ms, copy, names, as_of=when, progress=progress)
 
     reached = run(main())
     if as_json:
@@ -144,10 +130,6 @@ def rebuild_projections(
         f"rebuilt {', '.join(names) if names else 'all projections'}{where} "
         f"up to sequence {reached}"
     )
-
-
-class _Ahead(Exception):
-    """The copy was ahead of the log: it differs from it (verify's exit status 1)."""
 
 
 @app.command("verify")
@@ -174,41 +156,14 @@ def verify_projections(
     """
     settings = settings_of(ctx)
 
-    async def main() -> tuple[list[VerifyResult], dict[str, bool]]:
+    async def main() -> Verification:
         async with connected(settings, check_log=False) as ms:
-            gap = ms.found_ahead
-            if gap is not None:
-                if ms.projector is not None and settings.database_url is None:
-                    # The embedded default's projector (this process's) moves it aside now.
-                    raise _Ahead(
-                        f"read model {ms.copy.location}: {gap.describe()}; it was moved aside "
-                        "and is rebuilt from the log"
-                    )
-                raise _Ahead(gap.refusal(ms.copy.location))
-            encoder = ms.encoder if names and "vectors" in names else None
-            chosen = names
-            if not chosen and ms.analytics is not None:  # counted here: verified too
-                chosen = list(MODEL_FREE_PROJECTIONS)
             with progress_bar("verifying") as progress:
-                results = await verify(
-                    ms.log, ms.copy, chosen, as_of=as_of, progress=progress, encoder=encoder
-                )
-            tracked = {s.name: s.tracked_seq for s in projection_statuses(ms.read_models, 0)}
-            comparable = {}
-            for r in results:
-                # By partition, a partition's row stays at its last event: the model is at
-                # r.seq when none is past it (verify waited for each partition's last event).
-                partitions = ms.read_models.tracked_partitions(r.projection)
-                comparable[r.projection] = (
-                    max(partitions.values()) <= r.seq and as_of is None
-                    if partitions
-                    else tracked[r.projection] == r.seq
-                )
-            return results, comparable
+                return await admin.verify(ms, names, as_of=as_of, progress=progress)
 
     try:
-        results, comparable = run(main())
-    except _Ahead as ahead:
+        verification = run(main())
+    except ReadModelAheadError as ahead:  # the copy differs from the log
         note(f"error: {redact(' '.join(str(ahead).split()))}")
         raise typer.Exit(VERIFY_DIFFERS) from None
     except InvalidInputError:
@@ -216,11 +171,12 @@ def verify_projections(
     except MemstreamError as error:
         note(f"error: could not verify: {redact(' '.join(str(error).split()))}")
         raise typer.Exit(VERIFY_FAILED) from None
+    results, comparable = verification.results, verification.comparable
     if as_json:
         emit_json(verify_json(results, comparable))
     else:
         show_verify(results, comparable)
-    different = [r.projection for r in results if comparable[r.projection] and not r.ok]
+    different = verification.different
     if different:
         note(f"error: checksums differ for {', '.join(different)}")
         raise typer.Exit(VERIFY_DIFFERS)
@@ -246,7 +202,7 @@ def forget_copy_command(
 
     async def main() -> list[str]:
         async with connected(settings, workers=False) as ms:
-            return await forget_copy(ms.log, copy, local=ms.copy_id)
+            return await admin.forget_copy(ms, copy)
 
     names = run(main())
     if as_json:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from memstream import InvalidInputError, NotFoundError, ProjectionLagError
+from memstream import InvalidInputError, ProjectionLagError, admin
 from memstream.cli.as_of import AsOfOption, reading
 from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import (
@@ -26,7 +26,6 @@ from memstream.domain.limits import (
     storable,
 )
 from memstream.domain.session import OMITTED
-from memstream.projections.overview import session_overview
 
 app = typer.Typer(no_args_is_help=True, help="Read and write sessions (trees of messages).")
 
@@ -84,14 +83,7 @@ def show(ctx: typer.Context, session: SessionArg, as_json: JsonFlag = False) -> 
 
     async def main() -> dict[str, Any]:
         async with connected(settings) as ms:
-            await ms.sync("sessions")
-            await ms.sync("context")
-            overview = session_overview(
-                ms.session_queries, ms.context_queries, ms.namespace, session
-            )
-            if overview is None:
-                raise NotFoundError(f"session {session!r} not found in namespace {ms.namespace!r}")
-            return overview
+            return await admin.session_overview(ms, session)
 
     details = run(main())
     if as_json:

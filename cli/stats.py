@@ -11,11 +11,11 @@ from typing import Annotated, Any
 
 import typer
 
+from memstream.admin import DIMENSIONS, grouped
 from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import emit_json, is_stdio, note, show_stats
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.analytics_rows import DIMENSIONS, grouped
-from memstream.workers.data_dir import open_private, os_reason
+from memstream.platform import open_private, os_reason
 
 
 def _day(option: str, value: str | None) -> str | None:

@@ -6,10 +6,11 @@ from typing import Annotated
 
 import typer
 
+from memstream import admin
+from memstream.admin import PlatformStatus
 from memstream.cli.context import connected, run, settings_of
 from memstream.cli.output import emit_json, note, show_status
 from memstream.domain.limits import check_int
-from memstream.workers.status import PlatformStatus, platform_status
 
 
 def status(
@@ -33,13 +34,7 @@ def status(
 
     async def main() -> PlatformStatus:
         async with connected(settings, workers=False, check_log=False) as ms:
-            return await platform_status(
-                ms.log,
-                ms.read_models,
-                dead_letter_limit=dead_letters,
-                durability=await ms.durability(),
-                stream_copies=await ms.stream_copies(),
-            )
+            return await admin.status(ms, dead_letters=dead_letters)
 
     report = run(main())
     if as_json:
