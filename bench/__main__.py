@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Protocol, cast
 
 from bench.harness import Row
-from memstream.workers.nats_server import nats_server_binary
+from memstream.workers.runtime.nats_server import nats_server_binary
 
 BENCHMARKS = (
     "append",

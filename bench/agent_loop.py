@@ -39,7 +39,7 @@ from bench.payloads import MessageFactory, payload
 from memstream.client import Memstream
 from memstream.projections.sqlite.checkpointer import Checkpointer, defer_checkpoints
 from memstream.session import Session
-from memstream.workers.nats_server import SYNC_ALWAYS
+from memstream.workers.runtime.nats_server import SYNC_ALWAYS
 
 NAME = "agent_loop"
 TITLE = "agent loop: append one message, read the history (50 sessions)"

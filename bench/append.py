@@ -46,8 +46,8 @@ from bench.projector_process import projector_process
 from bench.raw_projector import EventChain, RawProjector
 from memstream.client import Memstream
 from memstream.session import Session
-from memstream.workers.nats_server import SYNC_ALWAYS
 from memstream.workers.projector import DEFAULT_LINGER
+from memstream.workers.runtime.nats_server import SYNC_ALWAYS
 
 NAME = "append"
 TITLE = "sequential append_message, each awaited"

@@ -20,7 +20,7 @@ from bench.payloads import MessageFactory
 from memstream.domain.messages import encode_message, normalize_message
 from memstream.domain.session import SessionAggregate
 from memstream.projections.sqlite.store import SqliteReadModelStore
-from memstream.workers.codec import H_EXPECTED_LAST_SUBJECT_SEQ, CommandMeta, _encode_stored
+from memstream.workers.log.codec import H_EXPECTED_LAST_SUBJECT_SEQ, CommandMeta, _encode_stored
 
 NAME = "disk"
 TITLE = "bytes per message on the log (event contract) and in the read model"

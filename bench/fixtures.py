@@ -9,9 +9,9 @@ from bench.harness import ACK_TIMEOUT
 from bench.payloads import MessageFactory, chunks
 from memstream.client import Memstream
 from memstream.domain.session import SessionAggregate
-from memstream.workers.codec import H_MSG_ID, CommandMeta, encode_event
-from memstream.workers.event_log import EventLog
-from memstream.workers.subjects import subject_for
+from memstream.workers.log.codec import H_MSG_ID, CommandMeta, encode_event
+from memstream.workers.log.event_log import EventLog
+from memstream.workers.log.subjects import subject_for
 
 
 async def fill_log(

@@ -18,7 +18,7 @@ from nats.js import JetStreamContext, api
 
 from memstream.client import Memstream, open_memstream
 from memstream.settings import Settings
-from memstream.workers.nats_server import SYNC_ALWAYS, NatsServerProcess
+from memstream.workers.runtime.nats_server import SYNC_ALWAYS, NatsServerProcess
 
 RAW_STREAM = "RAW"
 RAW_SUBJECT = "raw.bench"

@@ -12,8 +12,8 @@ from bench.harness import ACK_TIMEOUT, Row, bench_env, median, ms
 from memstream.client import Memstream
 from memstream.domain.session_registry import SessionRecord
 from memstream.projections.sqlite.database import open_database
-from memstream.workers.codec import H_MSG_ID, CommandMeta, encode_event
-from memstream.workers.subjects import subject_for
+from memstream.workers.log.codec import H_MSG_ID, CommandMeta, encode_event
+from memstream.workers.log.subjects import subject_for
 
 NAME = "manager_list"
 TITLE = "SessionManager.list() over 10,000 sessions"

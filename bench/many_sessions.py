@@ -24,7 +24,7 @@ from bench.harness import Row, bench_env, median, ms, paired_ratio
 from bench.payloads import MessageFactory
 from memstream.client import Memstream, open_memstream
 from memstream.settings import Settings
-from memstream.workers.aggregate_store import CACHE_SIZE
+from memstream.workers.log.aggregate_store import CACHE_SIZE
 
 NAME = "many_sessions"
 TITLE = "many sessions: append round-robin over 1,000 sessions vs 50"

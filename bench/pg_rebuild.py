@@ -27,8 +27,8 @@ from memstream.projections.postgres.checksum import checksum
 from memstream.projections.postgres.copy import PostgresCopy
 from memstream.projections.postgres.schema import TEXT_SEARCH, migrate
 from memstream.projections.session_writes import BATCH_SLOTS
-from memstream.workers.event_log import connect_nats
-from memstream.workers.rebuild import rebuild
+from memstream.workers.admin.rebuild import rebuild
+from memstream.workers.log.event_log import connect_nats
 
 NAME = "pg_rebuild"
 TITLE = "projector rebuild of 100,000 message events into PostgreSQL"

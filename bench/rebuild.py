@@ -24,8 +24,8 @@ from bench.payloads import MessageFactory
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 from memstream.projections.sqlite.store import SqliteCopy
-from memstream.workers.event_log import EventLog, connect_nats
-from memstream.workers.rebuild import rebuild
+from memstream.workers.admin.rebuild import rebuild
+from memstream.workers.log.event_log import EventLog, connect_nats
 
 NAME = "rebuild"
 TITLE = "projector rebuild of 100,000 message events"

@@ -33,9 +33,9 @@ from bench.payloads import MessageFactory
 from bench.postgres import needs_postgres, scratch_database
 from memstream.projections.ports import PARTITIONABLE, PROJECTOR_PROJECTIONS
 from memstream.projections.postgres.copy import PostgresCopy
-from memstream.workers.event_log import EventLog
+from memstream.workers.log.event_log import EventLog
+from memstream.workers.log.subjects import parse_subject, partition_filter
 from memstream.workers.projector import projector_consumer
-from memstream.workers.subjects import parse_subject, partition_filter
 
 NAME = "scale"
 TITLE = "projector by partition on PostgreSQL: 1, 2 and 4 workers on 8 partitions"

@@ -23,9 +23,9 @@ from bench.fixtures import fill_log
 from bench.harness import ACK_TIMEOUT, BenchEnv, Row, bench_env, median, paired_ratio
 from bench.payloads import MessageFactory
 from memstream.cli.output import export_line
-from memstream.workers.audit import EventQuery, read_events
-from memstream.workers.event_log import EventLog
-from memstream.workers.event_transfer import import_events
+from memstream.workers.admin.audit import EventQuery, read_events
+from memstream.workers.admin.event_transfer import import_events
+from memstream.workers.log.event_log import EventLog
 
 NAME = "transfer"
 TITLE = "events export / import of 100,000 events"

@@ -41,7 +41,7 @@ from memstream.projections.ports import (
 )
 from memstream.projections.read_models import open_read_models, read_models_at
 from memstream.settings import Settings
-from memstream.workers.audit import (
+from memstream.workers.admin.audit import (
     AGGREGATE_KINDS,
     AuditEvent,
     EventQuery,
@@ -49,33 +49,33 @@ from memstream.workers.audit import (
     subject_filter,
     tail_events,
 )
-from memstream.workers.audit import memory_trail as _memory_trail
-from memstream.workers.audit import session_trail as _session_trail
-from memstream.workers.codec import CommandMeta
-from memstream.workers.doctor import SAMPLE_SECONDS, Finding, diagnose
-from memstream.workers.event_transfer import ImportResult
-from memstream.workers.event_transfer import import_events as _import_events
-from memstream.workers.purge import COPIES_WAIT, PurgeReport, check_wait, parse_duration
-from memstream.workers.purge import purge as _purge
-from memstream.workers.rebuild import VerifyResult, repair
-from memstream.workers.rebuild import rebuild as _rebuild
-from memstream.workers.rebuild import verify as _verify
-from memstream.workers.server_version import server_version
-from memstream.workers.status import (
+from memstream.workers.admin.audit import memory_trail as _memory_trail
+from memstream.workers.admin.audit import session_trail as _session_trail
+from memstream.workers.admin.doctor import SAMPLE_SECONDS, Finding, diagnose
+from memstream.workers.admin.event_transfer import ImportResult
+from memstream.workers.admin.event_transfer import import_events as _import_events
+from memstream.workers.admin.purge import COPIES_WAIT, PurgeReport, check_wait, parse_duration
+from memstream.workers.admin.purge import purge as _purge
+from memstream.workers.admin.rebuild import VerifyResult, repair
+from memstream.workers.admin.rebuild import rebuild as _rebuild
+from memstream.workers.admin.rebuild import verify as _verify
+from memstream.workers.admin.status import (
     PlatformStatus,
     ProjectionStatus,
     platform_status,
     profiles_last_seq,
     projection_statuses,
 )
-from memstream.workers.status import forget_copy as _forget_copy
-from memstream.workers.time_travel import (
+from memstream.workers.admin.status import forget_copy as _forget_copy
+from memstream.workers.admin.time_travel import (
     as_of_reads,
     build_as_of,
     clear_cache,
     parse_as_of,
     sequence_as_of,
 )
+from memstream.workers.log.codec import CommandMeta
+from memstream.workers.log.server_version import server_version
 
 __all__ = [
     "AGGREGATE_KINDS",

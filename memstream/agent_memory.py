@@ -49,8 +49,8 @@ from memstream.projections.recall import (
     recall,
 )
 from memstream.projections.vector_writes import MEMORY, MESSAGE
-from memstream.workers.aggregate_store import CommandResult, Decide, Decided
-from memstream.workers.codec import CommandMeta
+from memstream.workers.log.aggregate_store import CommandResult, Decide, Decided
+from memstream.workers.log.codec import CommandMeta
 from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
 
 logger = logging.getLogger(__name__)

@@ -54,34 +54,34 @@ from memstream.session import Session
 from memstream.session_manager import SessionManager
 from memstream.settings import Settings, default_actor
 from memstream.summarizers import OpenAICompatibleSummarizer
-from memstream.workers.aggregate_store import AggregateStore, CommandResult, Decide
-from memstream.workers.codec import H_MSG_ID, CommandMeta
-from memstream.workers.data_dir import prepare_data_dir, private_database
-from memstream.workers.durability import (
+from memstream.workers.extractor import ExtractorWorker
+from memstream.workers.indexer import LazyEncoder
+from memstream.workers.log.aggregate_store import AggregateStore, CommandResult, Decide
+from memstream.workers.log.codec import H_MSG_ID, CommandMeta
+from memstream.workers.log.durability import (
     ServerSync,
     StreamCopy,
     configured_sync,
     monitored_copies,
     monitored_sync,
 )
-from memstream.workers.embedded import EmbeddedRuntime
-from memstream.workers.event_log import (
+from memstream.workers.log.event_log import (
     EventLog,
     LogEntry,
     OutgoingMessage,
     connect_nats,
     nats_servers,
 )
-from memstream.workers.extractor import ExtractorWorker
-from memstream.workers.indexer import LazyEncoder
-from memstream.workers.log_position import LogGap, check_copy
-from memstream.workers.metrics_hooks import hooks
-from memstream.workers.nats_server import CONFIG_FILE
+from memstream.workers.log.log_position import LogGap, check_copy
+from memstream.workers.log.subjects import demand_subject, partition_of, subject_for
+from memstream.workers.observability.metrics_hooks import hooks
+from memstream.workers.observability.tracing import command_span, tracing
 from memstream.workers.position import Demand, JointDemand, PositionWatch, encode_demand
 from memstream.workers.projector import DEFAULT_LINGER, HeldOwn, ProjectorWorker
 from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
-from memstream.workers.subjects import demand_subject, partition_of, subject_for
-from memstream.workers.tracing import command_span, tracing
+from memstream.workers.runtime.data_dir import prepare_data_dir, private_database
+from memstream.workers.runtime.embedded import EmbeddedRuntime
+from memstream.workers.runtime.nats_server import CONFIG_FILE
 
 logger = logging.getLogger(__name__)
 # At most this many of a client's own events are kept for the projector of its process to apply
@@ -801,7 +801,7 @@ class Memstream:
 
     async def check_against_log(self, *, healer: bool, refuse: bool = True) -> None:
         """Refuse to serve a read-model copy ahead of the log (the log lost or replaced its
-        tail: :mod:`memstream.workers.log_position`). A SQLite copy is moved aside and rebuilt
+        tail: :mod:`memstream.workers.log.log_position`). A SQLite copy is moved aside and rebuilt
         by the projector of the process that owns it: that is this one when ``healer``, else
         this waits (up to the read timeout) for the owner to do it. A shared copy (PostgreSQL)
         is never replaced by a client. What was found stays in :attr:`found_ahead`;
@@ -1079,7 +1079,7 @@ async def connect(
 
 class _OwnWrite:
     """A client's events applied while their acknowledgement is on its way (a
-    :class:`~memstream.workers.aggregate_store.Speculation`): see
+    :class:`~memstream.workers.log.aggregate_store.Speculation`): see
     :meth:`Memstream._speculate`."""
 
     __slots__ = ("_client", "_entries", "_held", "_projector", "_timer")

@@ -26,9 +26,14 @@ from memstream.projections.ports import (
 )
 from memstream.projections.read_models import open_read_models
 from memstream.settings import Settings
-from memstream.workers.data_dir import open_private, os_reason, prepare_data_dir, private_database
-from memstream.workers.embedded import EmbeddedRuntime
 from memstream.workers.projector import DEFAULT_LINGER, claim_copy
+from memstream.workers.runtime.data_dir import (
+    open_private,
+    os_reason,
+    prepare_data_dir,
+    private_database,
+)
+from memstream.workers.runtime.embedded import EmbeddedRuntime
 from memstream.workers.service import WorkerConfig, worker_projections
 
 __all__ = [
@@ -165,7 +170,7 @@ def serve_metrics(
     task to cancel at exit (call on a running loop)."""
     if port is None:
         return None
-    from memstream.workers.telemetry import telemetry
+    from memstream.workers.observability.telemetry import telemetry
 
     metrics = telemetry()
     metrics.workers.watch(workers)

@@ -30,9 +30,9 @@ from memstream.projections.ports import SessionQueries
 from memstream.projections.recent_history import RecentHistory
 from memstream.session_compaction import SessionCompaction
 from memstream.types import MessageInput, SearchHit, SessionMessage
-from memstream.workers.aggregate_store import CommandResult
-from memstream.workers.codec import CommandMeta, decode_event
-from memstream.workers.event_log import EventLog
+from memstream.workers.log.aggregate_store import CommandResult
+from memstream.workers.log.codec import CommandMeta, decode_event
+from memstream.workers.log.event_log import EventLog
 
 logger = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from memstream.home_loop import client_loop, home_loop_methods
 from memstream.projections.ports import ReadModels
 from memstream.session import Session, SessionClient
 from memstream.types import SessionMessage
-from memstream.workers.aggregate_store import AggregateStore, CommandResult, Decide
-from memstream.workers.codec import CommandMeta
+from memstream.workers.log.aggregate_store import AggregateStore, CommandResult, Decide
+from memstream.workers.log.codec import CommandMeta
 
 SPLIT_PREFIX = "[Context from previous session]\n\n"
 HISTORY_DESCRIPTION = "Cross-session conversation history"

@@ -20,8 +20,8 @@ from memstream.domain.limits import (
     check_stream_name,
 )
 from memstream.domain.redaction import MASK, redact_url
-from memstream.workers.durability import check_monitor_url
-from memstream.workers.nats_server import SYNC_ALWAYS, check_sync
+from memstream.workers.log.durability import check_monitor_url
+from memstream.workers.runtime.nats_server import SYNC_ALWAYS, check_sync
 
 _SECRETS = frozenset({"nats_password", "nats_token", "llm_api_key"})
 _URLS = frozenset({"nats_url", "database_url", "llm_url", "nats_monitor_url"})

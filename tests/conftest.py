@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from memstream.settings import Settings
-from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The fake OpenAI-compatible endpoint's ``llm`` fixture.

@@ -25,13 +25,13 @@ from faststream.security import BaseSecurity
 from memstream.domain.errors import InvalidInputError
 from memstream.projections.ports import INDEXER_PROJECTIONS, CopyLock
 from memstream.projections.read_models import open_read_models
-from memstream.workers.event_log import EventLog, nats_servers
 from memstream.workers.extractor import ExtractorWorker
 from memstream.workers.indexer import LazyEncoder
-from memstream.workers.nats_server import LIVENESS_PING_SECONDS, LIVENESS_PINGS
+from memstream.workers.log.event_log import EventLog, nats_servers
 from memstream.workers.partitioned import PartitionedProjector
 from memstream.workers.position import Demand
 from memstream.workers.projector import ProjectorWorker
+from memstream.workers.runtime.nats_server import LIVENESS_PING_SECONDS, LIVENESS_PINGS
 from memstream.workers.service import (
     WORKERS,
     WorkerConfig,
@@ -248,7 +248,7 @@ def create_app(
         following: list[asyncio.Task[None]] = []
 
         async def serve_metrics() -> None:
-            from memstream.workers.telemetry import telemetry
+            from memstream.workers.observability.telemetry import telemetry
 
             served = telemetry()
             served.workers.watch(

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.purge_log import PurgeLog
 from memstream.projections.ports import LogRecord, ReadModelStore
-from memstream.workers.event_log import EventLog
-from memstream.workers.subjects import parse_subject
+from memstream.workers.log.event_log import EventLog
+from memstream.workers.log.subjects import parse_subject
 
 logger = logging.getLogger(__name__)
 

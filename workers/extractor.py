@@ -35,10 +35,10 @@ from memstream.domain.extraction.model import (
 )
 from memstream.domain.memory_input import iso, parse_time
 from memstream.domain.memory_profile import MemoryProfile, content_id
-from memstream.workers.aggregate_store import AggregateStore, CommandResult
-from memstream.workers.codec import CommandMeta, decode_event
-from memstream.workers.event_log import EventLog
-from memstream.workers.subjects import logical_subject, parse_subject
+from memstream.workers.log.aggregate_store import AggregateStore, CommandResult
+from memstream.workers.log.codec import CommandMeta, decode_event
+from memstream.workers.log.event_log import EventLog
+from memstream.workers.log.subjects import logical_subject, parse_subject
 
 logger = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from typing import Any
 
 from memstream.domain.errors import InvalidInputError, MemstreamError
 from memstream.projections.ports import PARTITIONABLE, ReadModelCopy, TrackingRows
-from memstream.workers.event_log import EventLog
 from memstream.workers.leases import DEFAULT_TTL, PartitionLeases, lease_bucket
+from memstream.workers.log.event_log import EventLog
 from memstream.workers.position import Demand
 from memstream.workers.projector import ProjectorWorker, projector_consumer
 

@@ -48,12 +48,12 @@ from memstream.projections.ports import (
     step,
 )
 from memstream.workers.dead_letters import erased_dead_letters, is_purge_record, purged_sequences
-from memstream.workers.event_log import EventLog, LogEntry
-from memstream.workers.log_position import check_copy
+from memstream.workers.log.event_log import EventLog, LogEntry
+from memstream.workers.log.log_position import check_copy
+from memstream.workers.log.subjects import demand_subject, partition_filter
+from memstream.workers.observability.tracing import batch_span, tracing
 from memstream.workers.position import Demand, wanted_by
 from memstream.workers.pull import Puller, stream_sequence
-from memstream.workers.subjects import demand_subject, partition_filter
-from memstream.workers.tracing import batch_span, tracing
 
 logger = logging.getLogger(__name__)
 
@@ -707,7 +707,7 @@ class ProjectorWorker:
                 await asyncio.sleep(0.25)
 
     async def check_log(self) -> bool:
-        """Check the copy against the log (:func:`~memstream.workers.log_position.check_copy`):
+        """Check the copy against the log (:func:`~memstream.workers.log.log_position.check_copy`):
         True when it stands on it. A copy ahead of the log (the log lost or replaced its tail)
         that this projector can replace (a SQLite file) is marked damaged, to be moved aside
         and rebuilt from the log: False.

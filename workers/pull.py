@@ -33,7 +33,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
 
-from memstream.workers.nats_client import MemstreamNatsClient
+from memstream.workers.log.nats_client import MemstreamNatsClient
 
 _V1_TOKENS = 9  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<time>.<pending>
 _END_OF_REQUEST = frozenset(

@@ -17,9 +17,9 @@ from memstream.projections.ports import (
     PROJECTOR_PROJECTIONS,
 )
 from memstream.projections.read_models import open_read_models
-from memstream.workers.event_log import EventLog, connect_nats
 from memstream.workers.extractor import ExtractorWorker
 from memstream.workers.indexer import LazyEncoder
+from memstream.workers.log.event_log import EventLog, connect_nats
 from memstream.workers.position import Demand
 from memstream.workers.projector import DEFAULT_LINGER, ProjectorWorker
 

@@ -16,8 +16,8 @@ from memstream.domain.messages import Message
 from memstream.domain.session import SessionAggregate
 from memstream.projections.ports import ContextQueries, SessionQueries
 from memstream.types import SessionMessage
-from memstream.workers.aggregate_store import AggregateStore, CommandResult, Decide
-from memstream.workers.codec import CommandMeta
+from memstream.workers.log.aggregate_store import AggregateStore, CommandResult, Decide
+from memstream.workers.log.codec import CommandMeta
 
 A = TypeVar("A", bound=Aggregate)
 R = TypeVar("R")

@@ -29,7 +29,7 @@ from memstream.domain.context import (
 )
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import check_chars, require_str, search_query
-from memstream.workers.aggregate_store import Decided
+from memstream.workers.log.aggregate_store import Decided
 
 logger = logging.getLogger(__name__)
 

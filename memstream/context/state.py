@@ -10,7 +10,7 @@ from typing import Any
 from memstream.context.ports import SessionPort
 from memstream.domain.session import SessionAggregate
 from memstream.domain.tool_specs import LOAD_CONTEXT, UNLOAD_CONTEXT, skill_unloaded_marker
-from memstream.workers.aggregate_store import Decided
+from memstream.workers.log.aggregate_store import Decided
 
 
 class SessionPromptStore:

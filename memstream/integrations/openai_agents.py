@@ -30,7 +30,7 @@ from memstream.sync import async_client
 if TYPE_CHECKING:
     from memstream.client import Memstream
     from memstream.sync import SyncMemstream
-    from memstream.workers.aggregate_store import CommandResult
+    from memstream.workers.log.aggregate_store import CommandResult
 
 
 class MemstreamSession:

@@ -34,7 +34,7 @@ from memstream.projections.sqlite.registry_queries import SqliteRegistryQueries
 from memstream.projections.sqlite.registry_writer import (
     apply_registry_writes as sqlite_apply_registry_writes,
 )
-from memstream.workers.event_log import LogEntry
+from memstream.workers.log.event_log import LogEntry
 
 NS = "default"
 

@@ -30,16 +30,16 @@ from eventsourcing.persistence import (
 from eventsourcing.tests import persistence as contract
 from eventsourcing.utils import Environment
 
-from memstream.workers.es_persistence import (
+from memstream.workers.log.es_persistence import (
     NatsAggregateRecorder,
     NatsApplicationRecorder,
     NatsFactory,
     NatsProcessRecorder,
     NatsTrackingRecorder,
 )
-from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
-PERSISTENCE_MODULE = "memstream.workers.es_persistence"
+PERSISTENCE_MODULE = "memstream.workers.log.es_persistence"
 
 
 class NatsServerMixin:
@@ -287,3 +287,20 @@ def test_factory_needs_a_nats_url() -> None:
     # Given an environment without MEMSTREAM_NATS_URL, When the factory is built, Then it says so
     with pytest.raises(OSError, match="MEMSTREAM_NATS_URL"):
         NatsFactory(env={"PERSISTENCE_MODULE": PERSISTENCE_MODULE})
+
+
+def test_the_persistence_module_keeps_its_first_name(
+    nats_server: NatsServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an application configured with the module path of earlier releases
+    monkeypatch.setenv("PERSISTENCE_MODULE", "memstream.workers.es_persistence")
+    monkeypatch.setenv("MEMSTREAM_NATS_URL", nats_server.url)
+    monkeypatch.setenv("MEMSTREAM_ES_STREAM", "OLDNAME")
+    app = DogSchool()
+    try:
+        # Then it runs on the same factory
+        assert isinstance(app.factory, NatsFactory)
+        dog_id = app.register_dog("Rex")
+        assert app.get_dog(dog_id) == {"name": "Rex", "tricks": ()}
+    finally:
+        app.close()

@@ -27,7 +27,7 @@ from memstream.projections.sqlite import vector_writer as sqlite_vectors
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.memory_queries import SqliteMemoryQueries
 from memstream.projections.vector_writes import DropVectors, EmbedTexts
-from memstream.workers.event_log import LogEntry
+from memstream.workers.log.event_log import LogEntry
 
 NS = "default"
 MODEL = "test-model"

@@ -31,7 +31,7 @@ from memstream.projections.postgres.copy import PostgresCopy
 from memstream.projections.read_models import open_read_models, read_models_at
 from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
-from memstream.workers.event_log import LogEntry
+from memstream.workers.log.event_log import LogEntry
 
 NS = "default"
 

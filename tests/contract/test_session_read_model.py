@@ -37,7 +37,7 @@ from memstream.projections.sqlite.session_writer import SessionRows
 from memstream.projections.sqlite.session_writer import (
     apply_session_writes as sqlite_apply_session_writes,
 )
-from memstream.workers.event_log import LogEntry
+from memstream.workers.log.event_log import LogEntry
 
 NS = "default"
 Decide = Callable[[SessionAggregate], list[Any]]

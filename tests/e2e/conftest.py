@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from support.processes import clean_env
 
-from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from support.processes import clean_env, json_of, memstream
 
 from memstream.client import open_memstream
 from memstream.settings import Settings
-from memstream.workers.nats_server import NatsServerProcess
-from memstream.workers.subjects import logical_subject
+from memstream.workers.log.subjects import logical_subject
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 
 def platform(tmp_path: Path, nats_server: NatsServerProcess) -> tuple[Settings, dict[str, str]]:

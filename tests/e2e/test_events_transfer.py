@@ -19,7 +19,7 @@ from support.processes import MEMSTREAM, clean_env, json_of, memstream
 
 from memstream.client import Memstream, open_memstream
 from memstream.settings import Settings
-from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 PROJECTIONS = ("sessions", "context", "registry")
 

@@ -18,7 +18,7 @@ from support.processes import MEMSTREAM, clean_env, memstream, stop, wait_for_te
 
 from memstream.client import open_memstream
 from memstream.settings import Settings
-from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 
 def _free_port() -> int:
@@ -125,7 +125,7 @@ def test_bad_metrics_and_log_options_are_refused(tmp_path: Path) -> None:
 async def test_commands_record_latency_and_conflicts(settings: Settings) -> None:
     from prometheus_client import generate_latest
 
-    from memstream.workers.telemetry import telemetry
+    from memstream.workers.observability.telemetry import telemetry
 
     metrics = telemetry()
     clients = [await open_memstream(settings, workers=i == 0) for i in range(3)]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from support.processes import clean_env, memstream
 
-from memstream.workers.subjects import partition_of
+from memstream.workers.log.subjects import partition_of
 
 
 def test_partition_options_are_refused_when_they_cannot_work(cli_env: dict[str, str]) -> None:

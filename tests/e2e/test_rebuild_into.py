@@ -15,7 +15,7 @@ import pytest
 from psycopg import conninfo
 from support.processes import MEMSTREAM, clean_env, json_of, memstream, stop, wait_for_text
 
-from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 pytestmark = pytest.mark.postgres
 

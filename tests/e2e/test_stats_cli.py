@@ -19,7 +19,7 @@ from support.processes import MEMSTREAM, clean_env, json_of, memstream, stop, wa
 from memstream.client import Memstream, open_memstream
 from memstream.projections.analytics_rows import grouped
 from memstream.settings import Settings
-from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 
 @pytest.fixture

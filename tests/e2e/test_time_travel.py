@@ -20,8 +20,8 @@ from support.processes import clean_env, json_of, memstream
 from memstream.client import Memstream, open_memstream
 from memstream.projections.read_models import read_models_at
 from memstream.settings import Settings
-from memstream.workers.nats_server import NatsServerProcess
-from memstream.workers.time_travel import CACHE_DIR, prune_cache
+from memstream.workers.admin.time_travel import CACHE_DIR, prune_cache
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from memstream import admin
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import NotFoundError
 from memstream.settings import Settings
-from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 
 async def _write(ms: Memstream) -> None:

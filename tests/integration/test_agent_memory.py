@@ -12,7 +12,7 @@ import pytest
 from memstream import InvalidInputError, NotFoundError
 from memstream.client import Memstream, open_memstream
 from memstream.settings import Settings
-from memstream.workers.rebuild import rebuild, verify
+from memstream.workers.admin.rebuild import rebuild, verify
 
 # Every behaviour here holds on both read-model backends (issue 14).
 pytestmark = pytest.mark.both_backends

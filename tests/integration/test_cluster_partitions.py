@@ -32,7 +32,7 @@ from support.netns import Network, unavailable_reason
 from support.processes import freeze
 
 from memstream.settings import Settings
-from memstream.workers.nats_server import MAX_PAYLOAD, liveness_config, nats_server_binary
+from memstream.workers.runtime.nats_server import MAX_PAYLOAD, liveness_config, nats_server_binary
 
 CLIENT_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "partition_client.py"
 NODES = ("n1", "n2", "n3")

@@ -26,7 +26,7 @@ from support.processes import memstream as memstream_cli
 from memstream import Memstream, UnavailableError
 from memstream.domain.session import SessionAggregate
 from memstream.settings import Settings
-from memstream.workers.nats_server import (
+from memstream.workers.runtime.nats_server import (
     MAX_PAYLOAD,
     NatsServerProcess,
     free_port,

@@ -13,13 +13,13 @@ from memstream.client import Memstream, open_memstream
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
-from memstream.workers.event_log import (
+from memstream.workers.admin.rebuild import verify
+from memstream.workers.log.event_log import (
     EventLog,
     ExpectedSequenceMismatch,
     OutgoingMessage,
     PublishResult,
 )
-from memstream.workers.rebuild import verify
 
 WRITERS = 8
 PER_WRITER = 500

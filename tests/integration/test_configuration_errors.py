@@ -10,8 +10,8 @@ import pytest
 from memstream.client import open_memstream
 from memstream.domain.errors import InvalidInputError
 from memstream.settings import Settings
-from memstream.workers.event_log import connect_nats
-from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.log.event_log import connect_nats
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 
 @pytest.mark.parametrize("name", ["a.b", "a b", "x>", "a*", "a/b", "", "tab\there"])

@@ -33,7 +33,7 @@ from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import InvalidInputError, NotFoundError
 from memstream.projections.read_models import open_read_models
 from memstream.settings import Settings
-from memstream.workers.rebuild import rebuild
+from memstream.workers.admin.rebuild import rebuild
 
 # Every behaviour here holds on both read-model backends (issue 14).
 pytestmark = pytest.mark.both_backends

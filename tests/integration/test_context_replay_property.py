@@ -22,8 +22,8 @@ from memstream.domain.system_prompt import ContextBlock, render_system_prompt
 from memstream.domain.tokens import estimate_string_tokens
 from memstream.projections.sqlite.store import SqliteCopy
 from memstream.session import Session
-from memstream.workers.nats_server import NatsServerProcess
-from memstream.workers.rebuild import verify
+from memstream.workers.admin.rebuild import verify
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 SESSIONS = ("", "s1")  # the default session stores under bare keys
 LABELS = ("a", "b")

@@ -13,7 +13,7 @@ from memstream import SearchBlock, Session, StaticContext
 from memstream.client import Memstream
 from memstream.domain.entry_keys import entry_key
 from memstream.domain.errors import InvalidInputError
-from memstream.workers.rebuild import rebuild
+from memstream.workers.admin.rebuild import rebuild
 
 # Every behaviour here holds on both read-model backends (issue 14).
 pytestmark = pytest.mark.both_backends

@@ -17,7 +17,7 @@ from support.read_models import drop_projection
 from memstream import DirectorySkillProvider, Session, StaticContext
 from memstream.client import Memstream, open_memstream
 from memstream.settings import Settings
-from memstream.workers.rebuild import rebuild
+from memstream.workers.admin.rebuild import rebuild
 
 # Every behaviour here holds on both read-model backends (issue 14).
 pytestmark = pytest.mark.both_backends

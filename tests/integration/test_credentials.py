@@ -22,9 +22,9 @@ from memstream.cli.app import app
 from memstream.client import open_memstream
 from memstream.domain.errors import UnavailableError
 from memstream.settings import Settings
-from memstream.workers.es_persistence import NatsFactory
-from memstream.workers.event_log import connect_nats
-from memstream.workers.nats_server import free_port
+from memstream.workers.log.es_persistence import NatsFactory
+from memstream.workers.log.event_log import connect_nats
+from memstream.workers.runtime.nats_server import free_port
 
 # Built at run time, so that the source lines a traceback quotes never hold it.
 SECRET = "s3" + "cret"

@@ -77,7 +77,7 @@ async def test_a_looser_data_dir_is_tightened_with_a_warning(
     sqlite3.connect(data_dir / "memstream.db").close()
     os.chmod(data_dir / "memstream.db", 0o644)
     # When a client connects
-    with caplog.at_level(logging.WARNING, logger="memstream.workers.data_dir"):
+    with caplog.at_level(logging.WARNING, logger="memstream.workers.runtime.data_dir"):
         async with memstream.connect(data_dir=data_dir) as ms:
             await ms.session("s").append_message({"id": "m", "role": "user", "content": "hi"})
     # Then both are tightened, and the log says so

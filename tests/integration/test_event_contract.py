@@ -18,8 +18,8 @@ from memstream.domain.errors import InvalidInputError
 from memstream.domain.limits import check_actor
 from memstream.domain.session import SessionAggregate
 from memstream.settings import Settings
-from memstream.workers.codec import H_SCHEMA, CommandMeta, _encode_stored
-from memstream.workers.event_log import OutgoingMessage
+from memstream.workers.log.codec import H_SCHEMA, CommandMeta, _encode_stored
+from memstream.workers.log.event_log import OutgoingMessage
 
 
 def _message(n: int) -> dict[str, object]:

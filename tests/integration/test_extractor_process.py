@@ -18,7 +18,7 @@ from memstream.client import open_memstream
 from memstream.domain.memory_input import check_ingest
 from memstream.domain.memory_profile import MemoryProfile
 from memstream.settings import Settings
-from memstream.workers.event_log import EventLog
+from memstream.workers.log.event_log import EventLog
 
 SOURCES = 40
 WHEN = datetime(2023, 5, 8, tzinfo=UTC)

@@ -23,11 +23,11 @@ from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import dead_letters, open_database, tracked_seq
 from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
-from memstream.workers.codec import CommandMeta, encode_event
-from memstream.workers.event_log import OutgoingMessage
-from memstream.workers.nats_server import NatsServerProcess, free_port
-from memstream.workers.rebuild import rebuild, verify
-from memstream.workers.subjects import logical_subject
+from memstream.workers.admin.rebuild import rebuild, verify
+from memstream.workers.log.codec import CommandMeta, encode_event
+from memstream.workers.log.event_log import OutgoingMessage
+from memstream.workers.log.subjects import logical_subject
+from memstream.workers.runtime.nats_server import NatsServerProcess, free_port
 
 PROJECTOR_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "projector_process.py"
 TOTAL_MESSAGES = 20_000

@@ -15,17 +15,17 @@ from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import drop_projection, open_database, tracked_seq
 from memstream.projections.sqlite.store import SqliteCopy, SqliteReadModelStore
 from memstream.settings import Settings
-from memstream.workers.codec import CommandMeta, encode_event
-from memstream.workers.event_log import (
+from memstream.workers.admin.rebuild import verify
+from memstream.workers.log.codec import CommandMeta, encode_event
+from memstream.workers.log.event_log import (
     EventLog,
     ExpectedSequenceMismatch,
     LogEntry,
     OutgoingMessage,
     connect_nats,
 )
-from memstream.workers.nats_server import NatsServerProcess
 from memstream.workers.projector import ProjectorWorker
-from memstream.workers.rebuild import verify
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 
 def _message(message_id: str, text: str = "hello") -> dict[str, object]:

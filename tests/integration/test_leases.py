@@ -14,7 +14,7 @@ from nats.aio.client import Client
 
 from memstream.domain.errors import InvalidInputError
 from memstream.workers.leases import PartitionLeases, lease_bucket
-from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 TTL = 1.5
 

@@ -24,7 +24,7 @@ from support.processes import clean_env, memstream
 from memstream import LogGapError, MemstreamError, ReadModelAheadError, UnavailableError
 from memstream.client import open_memstream
 from memstream.settings import Settings
-from memstream.workers.nats_server import NatsServerProcess, free_port
+from memstream.workers.runtime.nats_server import NatsServerProcess, free_port
 
 SCRIPT = Path(__file__).parent.parent / "support" / "tail_script.py"
 

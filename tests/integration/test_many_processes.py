@@ -27,7 +27,7 @@ from support.processes import (
     wait_for_text,
 )
 
-from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 SCRIPT = str(Path(__file__).resolve().parent.parent / "support" / "session_script.py")
 

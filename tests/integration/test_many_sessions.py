@@ -15,7 +15,7 @@ from support.processes import script_json
 
 from memstream.client import Memstream, open_memstream
 from memstream.settings import Settings
-from memstream.workers.aggregate_store import CACHE_SIZE, GUARDED_DECISIONS
+from memstream.workers.log.aggregate_store import CACHE_SIZE, GUARDED_DECISIONS
 
 SCRIPT = Path(__file__).resolve().parents[1] / "support" / "session_process.py"
 LONG = 3_000  # messages that process A appends

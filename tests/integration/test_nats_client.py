@@ -16,15 +16,15 @@ import pytest
 from nats.aio.msg import Msg
 from support.processes import freeze
 
-from memstream.workers.event_log import (
+from memstream.workers.log.event_log import (
     EventLog,
     ExpectedSequenceMismatch,
     OutgoingMessage,
     PublishResult,
     connect_nats,
 )
-from memstream.workers.nats_client import MemstreamNatsClient
-from memstream.workers.nats_server import NatsServerProcess, free_port
+from memstream.workers.log.nats_client import MemstreamNatsClient
+from memstream.workers.runtime.nats_server import NatsServerProcess, free_port
 
 
 async def _ignore(msg: Msg) -> None:

@@ -23,7 +23,8 @@ import memstream
 from memstream import InvalidInputError, Memstream, UnavailableError
 from memstream.domain.session import SessionAggregate
 from memstream.settings import Settings
-from memstream.workers.nats_server import (
+from memstream.workers.admin.rebuild import VerifyResult, verify
+from memstream.workers.runtime.nats_server import (
     LIVENESS_PING_SECONDS,
     LIVENESS_PINGS,
     MAX_PAYLOAD,
@@ -32,7 +33,6 @@ from memstream.workers.nats_server import (
     liveness_config,
     nats_server_binary,
 )
-from memstream.workers.rebuild import VerifyResult, verify
 
 NODES = ("n1", "n2", "n3")
 SESSIONS = ("s0", "s1", "s2")

@@ -23,8 +23,8 @@ from support.processes import clean_env, json_of, start_worker, stop, wait_for_t
 
 from memstream.client import Memstream, open_memstream
 from memstream.settings import Settings
-from memstream.workers.nats_server import NatsServerProcess
-from memstream.workers.subjects import partition_of
+from memstream.workers.log.subjects import partition_of
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 PARTITIONS = 4
 SESSIONS = 12

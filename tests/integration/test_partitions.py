@@ -18,20 +18,20 @@ from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import InvalidInputError, ProjectionLagError
 from memstream.projections.ports import PARTITIONABLE
 from memstream.settings import Settings
-from memstream.workers.audit import EventQuery, read_events, session_trail
-from memstream.workers.event_log import EventLog
-from memstream.workers.event_transfer import import_events
-from memstream.workers.nats_server import NatsServerProcess
-from memstream.workers.partitioned import PartitionedProjector
-from memstream.workers.position import Demand
-from memstream.workers.rebuild import verify
-from memstream.workers.status import platform_status
-from memstream.workers.subjects import (
+from memstream.workers.admin.audit import EventQuery, read_events, session_trail
+from memstream.workers.admin.event_transfer import import_events
+from memstream.workers.admin.rebuild import verify
+from memstream.workers.admin.status import platform_status
+from memstream.workers.log.event_log import EventLog
+from memstream.workers.log.subjects import (
     logical_subject,
     parse_subject,
     partition_of,
     subject_for,
 )
+from memstream.workers.partitioned import PartitionedProjector
+from memstream.workers.position import Demand
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 HOSTILE_IDS = ["chat-1", "", "a.b", "*", ">", "naïve 🎉", "=41", "x" * 256, "tab\there"]
 

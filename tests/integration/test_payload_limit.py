@@ -11,7 +11,7 @@ import pytest
 from memstream.client import open_memstream
 from memstream.domain.errors import InvalidInputError
 from memstream.settings import Settings
-from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 

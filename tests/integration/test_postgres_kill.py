@@ -27,8 +27,8 @@ from memstream.projections.postgres.copy import PostgresCopy
 from memstream.projections.postgres.locks import PostgresProjectorLock
 from memstream.session_manager import SessionManager
 from memstream.settings import Settings
-from memstream.workers.nats_server import NatsServerProcess
-from memstream.workers.rebuild import verify
+from memstream.workers.admin.rebuild import verify
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 pytestmark = pytest.mark.postgres
 

@@ -18,8 +18,8 @@ from memstream.client import open_memstream
 from memstream.domain.errors import UnavailableError
 from memstream.projections.postgres.copy import PostgresCopy
 from memstream.settings import Settings
-from memstream.workers.nats_server import NatsServerProcess
-from memstream.workers.rebuild import verify
+from memstream.workers.admin.rebuild import verify
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 pytestmark = pytest.mark.postgres
 SECRET = "pw-4411-secret"

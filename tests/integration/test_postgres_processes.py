@@ -13,7 +13,7 @@ import pytest
 from integration.test_many_processes import script, start_worker
 from support.processes import clean_env, json_of, memstream, stop, wait_for_text
 
-from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 pytestmark = pytest.mark.postgres
 

@@ -32,8 +32,8 @@ from memstream.projections.postgres.vectors import (
 from memstream.projections.vector_search import VectorIndex, stack
 from memstream.projections.vector_writes import EmbedTexts
 from memstream.settings import Settings
-from memstream.workers.nats_server import NatsServerProcess
 from memstream.workers.recall_inputs import VectorCache
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 pytestmark = pytest.mark.postgres
 

@@ -20,10 +20,10 @@ from memstream.projections.sqlite.batches import ContextProjection, Projection, 
 from memstream.projections.sqlite.database import open_database, tracked_seq
 from memstream.projections.sqlite.store import SqliteReadModelStore
 from memstream.settings import Settings
+from memstream.workers.log.subjects import demand_subject
 from memstream.workers.position import Demand, PositionWatch
 from memstream.workers.projector import ProjectorWorker
 from memstream.workers.service import WorkerConfig, run_worker
-from memstream.workers.subjects import demand_subject
 
 
 def _message(i: int) -> dict[str, object]:

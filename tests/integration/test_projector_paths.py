@@ -25,11 +25,11 @@ from memstream.projections.sqlite.store import SqliteReadModelStore
 from memstream.session import Session
 from memstream.settings import Settings
 from memstream.workers import projector as projector_module
-from memstream.workers.event_log import EventLog
-from memstream.workers.nats_client import MemstreamNatsClient
-from memstream.workers.nats_server import NatsServerProcess, free_port
+from memstream.workers.log.event_log import EventLog
+from memstream.workers.log.nats_client import MemstreamNatsClient
 from memstream.workers.position import Demand
 from memstream.workers.projector import ProjectorWorker
+from memstream.workers.runtime.nats_server import NatsServerProcess, free_port
 
 SESSION_PROCESS = Path(__file__).resolve().parents[1] / "support" / "session_process.py"
 

@@ -16,9 +16,9 @@ import pytest
 from nats.aio.client import Client
 from nats.js import api
 
-from memstream.workers.event_log import connect_nats
-from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.log.event_log import connect_nats
 from memstream.workers.pull import Puller
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 STREAM = "PULLTEST"
 

@@ -25,14 +25,14 @@ from memstream.domain.errors import InvalidInputError, UnavailableError
 from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
 from memstream.workers import projector as projector_module
-from memstream.workers import purge as purge_module
-from memstream.workers.audit import EventQuery, read_events
-from memstream.workers.codec import CommandMeta
-from memstream.workers.event_transfer import import_events
-from memstream.workers.nats_server import NatsServerProcess
-from memstream.workers.purge import plan_purge, purge
-from memstream.workers.rebuild import rebuild, verify
-from memstream.workers.subjects import logical_subject
+from memstream.workers.admin import purge as purge_module
+from memstream.workers.admin.audit import EventQuery, read_events
+from memstream.workers.admin.event_transfer import import_events
+from memstream.workers.admin.purge import plan_purge, purge
+from memstream.workers.admin.rebuild import rebuild, verify
+from memstream.workers.log.codec import CommandMeta
+from memstream.workers.log.subjects import logical_subject
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 pytestmark = pytest.mark.both_backends
 

@@ -16,8 +16,8 @@ from support.read_models import EMBEDDED_VERIFIED
 from memstream.client import Memstream
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError
 from memstream.projections.sqlite.store import SqliteCopy
-from memstream.workers.nats_server import NatsServerProcess
-from memstream.workers.rebuild import verify
+from memstream.workers.admin.rebuild import verify
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 SESSIONS = ("s1", "s2")
 IDS = tuple(f"m{i}" for i in range(7))

@@ -27,8 +27,8 @@ from memstream.cli.app import app
 from memstream.client import open_memstream
 from memstream.domain.errors import IncompatibleServerError, UnavailableError
 from memstream.settings import Settings
-from memstream.workers.event_log import EventLog, connect_nats
-from memstream.workers.server_version import REQUIRED, missing_features
+from memstream.workers.log.event_log import EventLog, connect_nats
+from memstream.workers.log.server_version import REQUIRED, missing_features
 
 OLD = "2.9.10"
 TOO_OLD_2_9 = (
@@ -67,7 +67,7 @@ def run_es_app(
     script.write_text(ES_APP)
     env = {
         **os.environ,
-        "PERSISTENCE_MODULE": "memstream.workers.es_persistence",
+        "PERSISTENCE_MODULE": "memstream.workers.log.es_persistence",
         "MEMSTREAM_NATS_URL": url,
         "MEMSTREAM_ES_STREAM": stream,
         "MEMSTREAM_ES_CALL_TIMEOUT": "60",

@@ -15,7 +15,7 @@ from memstream.client import Memstream
 from memstream.domain.errors import InvalidInputError, MessageNotFoundError, NotFoundError
 from memstream.domain.messages import is_compaction_message
 from memstream.settings import Settings
-from memstream.workers.rebuild import verify
+from memstream.workers.admin.rebuild import verify
 
 # Every behaviour here holds on both read-model backends (issue 14).
 pytestmark = pytest.mark.both_backends

@@ -14,7 +14,7 @@ from support.processes import clean_env, memstream
 from memstream.client import open_memstream
 from memstream.domain.errors import InvalidInputError
 from memstream.settings import Settings
-from memstream.workers.nats_server import (
+from memstream.workers.runtime.nats_server import (
     CONFIG_FILE,
     NatsServerProcess,
     free_port,

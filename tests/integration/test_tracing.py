@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 
 from memstream.client import open_memstream  # noqa: E402
 from memstream.settings import Settings  # noqa: E402
-from memstream.workers.tracing import TRACEPARENT  # noqa: E402
+from memstream.workers.observability.tracing import TRACEPARENT  # noqa: E402
 
 _EXPORTER = InMemorySpanExporter()
 

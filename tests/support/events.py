@@ -15,9 +15,9 @@ from memstream.domain.memory_profile import MemoryProfile
 from memstream.domain.purge_log import PURGE_LOG_ID, PurgeLog
 from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
-from memstream.workers.codec import CommandMeta, encode_event
-from memstream.workers.event_log import LogEntry
-from memstream.workers.subjects import subject_for
+from memstream.workers.log.codec import CommandMeta, encode_event
+from memstream.workers.log.event_log import LogEntry
+from memstream.workers.log.subjects import subject_for
 
 
 def every_event() -> list[Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from memstream.client import Memstream, open_memstream
 from memstream.settings import Settings
-from memstream.workers.nats_server import NatsServerProcess
+from memstream.workers.runtime.nats_server import NatsServerProcess
 
 
 def run_on_fresh_stream(

@@ -1,6 +1,6 @@
 """An in-memory log with JetStream's publish rules, for AggregateStore tests without NATS.
 
-It implements what the store needs of :class:`~memstream.workers.event_log.EventLog`: one
+It implements what the store needs of :class:`~memstream.workers.log.event_log.EventLog`: one
 sequence over all subjects, ``Nats-Expected-Last-Subject-Sequence`` (refused with
 :class:`ExpectedSequenceMismatch`), ``Nats-Msg-Id`` dedupe, and reads by subject — counting the
 entries it hands out, so that tests can assert how much of a subject a decision read.
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
-from memstream.workers.codec import H_MSG_ID, CommandMeta, decode_event, encode_event
-from memstream.workers.event_log import (
+from memstream.workers.log.codec import H_MSG_ID, CommandMeta, decode_event, encode_event
+from memstream.workers.log.event_log import (
     ExpectedSequenceMismatch,
     LogEntry,
     OutgoingMessage,

@@ -17,7 +17,7 @@ from typing import Any
 import nacl.signing
 import nkeys
 
-from memstream.workers.nats_server import free_port, nats_server_binary, port_open
+from memstream.workers.runtime.nats_server import free_port, nats_server_binary, port_open
 
 CREDS_TEMPLATE = """-----BEGIN NATS USER JWT-----
 {jwt}

@@ -36,7 +36,7 @@ from memstream import Memstream, UnavailableError
 from memstream.client import open_memstream
 from memstream.domain.session import SessionAggregate
 from memstream.settings import Settings
-from memstream.workers.rebuild import verify
+from memstream.workers.admin.rebuild import verify
 
 FORMING_TIMEOUT = 30.0  # a fresh cluster places the replicated stream within this
 RETRY_DELAY = 0.05  # the writer's pause before it tries a failed write again

@@ -29,7 +29,7 @@ from typing import Any
 from memstream.client import open_memstream
 from memstream.domain.errors import MessageNotFoundError
 from memstream.settings import Settings
-from memstream.workers.codec import decode_event
+from memstream.workers.log.codec import decode_event
 
 
 def _message(message_id: str) -> dict[str, Any]:

@@ -9,8 +9,8 @@ import pytest
 
 from memstream.domain.errors import ConcurrencyError
 from memstream.domain.session import SessionAggregate
-from memstream.workers.aggregate_store import AggregateStore, Decided
-from memstream.workers.event_log import (
+from memstream.workers.log.aggregate_store import AggregateStore, Decided
+from memstream.workers.log.event_log import (
     ExpectedSequenceMismatch,
     LogEntry,
     OutgoingMessage,

@@ -1,12 +1,12 @@
-"""Cached ``--as-of`` copies and purges (``workers/time_travel.py``): a copy built under another
-purge count than the stream's may hold what a purge erased, and is deleted."""
+"""Cached ``--as-of`` copies and purges (``workers/admin/time_travel.py``): a copy built under
+another purge count than the stream's may hold what a purge erased, and is deleted."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from memstream.workers.subjects import encode_token
-from memstream.workers.time_travel import CACHE_DIR, PURGES_FILE, forget_purged_copies
+from memstream.workers.admin.time_travel import CACHE_DIR, PURGES_FILE, forget_purged_copies
+from memstream.workers.log.subjects import encode_token
 
 
 def _copy(root: Path, name: str, purges: str | None) -> Path:

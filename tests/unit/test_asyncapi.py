@@ -9,8 +9,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from memstream.workers.asyncapi import KINDS, WORKERS, asyncapi_yaml, kind_of
-from memstream.workers.event_contract import EVENT_TYPES
+from memstream.workers.log.asyncapi import KINDS, WORKERS, asyncapi_yaml, kind_of
+from memstream.workers.log.event_contract import EVENT_TYPES
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENT = ROOT / "docs" / "asyncapi.yaml"
@@ -19,7 +19,7 @@ SCHEMA = Path(__file__).resolve().parents[1] / "support" / "asyncapi" / "3.0.0.s
 
 def test_the_document_is_what_the_code_generates() -> None:
     assert DOCUMENT.read_text(encoding="utf-8") == asyncapi_yaml(), (
-        "docs/asyncapi.yaml is stale: python -m memstream.workers.asyncapi > docs/asyncapi.yaml"
+        "docs/asyncapi.yaml is stale: python -m memstream.workers.log.asyncapi > docs/asyncapi.yaml"
     )
 
 

@@ -19,8 +19,8 @@ from memstream.cli.events import parse_time
 from memstream.cli.output import verify_json
 from memstream.projections.ports import Difference
 from memstream.settings import Settings
-from memstream.workers.audit import AuditEvent, EventQuery
-from memstream.workers.rebuild import VerifyResult
+from memstream.workers.admin.audit import AuditEvent, EventQuery
+from memstream.workers.admin.rebuild import VerifyResult
 
 # No MEMSTREAM_* setting of the environment running the tests leaks into a command.
 CLEAN_ENV: dict[str, str | None] = dict.fromkeys(

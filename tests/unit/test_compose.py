@@ -26,7 +26,7 @@ import memstream.settings
 from memstream import InvalidInputError, Settings
 from memstream.cli.app import app
 from memstream.workers.apps import require_worker
-from memstream.workers.nats_server import liveness_config
+from memstream.workers.runtime.nats_server import liveness_config
 from memstream.workers.service import WORKERS
 
 ROOT = Path(__file__).resolve().parents[2]

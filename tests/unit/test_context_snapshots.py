@@ -30,8 +30,8 @@ from memstream.projections.sqlite.context_snapshots import (
     SqliteSearchSnapshots,
 )
 from memstream.projections.sqlite.database import drop_projection, open_database
-from memstream.workers.aggregate_store import AggregateStore
-from memstream.workers.subjects import subject_for
+from memstream.workers.log.aggregate_store import AggregateStore
+from memstream.workers.log.subjects import subject_for
 
 NAMESPACE = "default"
 DOCUMENTS = (document_id("notes", "s1"), document_id("notes", None))

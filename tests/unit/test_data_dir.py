@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from memstream.workers import data_dir as data_dir_module
-from memstream.workers.data_dir import prepare_data_dir
+from memstream.workers.runtime import data_dir as data_dir_module
+from memstream.workers.runtime.data_dir import prepare_data_dir
 
 
 def test_a_file_renamed_away_during_the_scan_is_passed_over(

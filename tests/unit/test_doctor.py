@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from memstream.workers.doctor import diagnose
-from memstream.workers.durability import ServerSync, StreamCopy, missing_events
-from memstream.workers.status import (
+from memstream.workers.admin.doctor import diagnose
+from memstream.workers.admin.status import (
     PlatformStatus,
     ProjectionStatus,
     ReplicaStatus,
     StreamStatus,
 )
+from memstream.workers.log.durability import ServerSync, StreamCopy, missing_events
 
 HEALTHY = PlatformStatus(
     stream=StreamStatus("MEMSTREAM", 10, 1000, 1, 10, 3),

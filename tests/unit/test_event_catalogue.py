@@ -11,8 +11,8 @@ from typing import Any
 import jsonschema
 from support.events import every_event
 
-from memstream.workers.codec import CommandMeta, encode_event
-from memstream.workers.event_contract import EVENT_TYPES
+from memstream.workers.log.codec import CommandMeta, encode_event
+from memstream.workers.log.event_contract import EVENT_TYPES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 COMMON = ("type", "version", "time")

@@ -14,8 +14,8 @@ from support.messages import msg
 
 from memstream.domain.messages import encode_message, normalize_message
 from memstream.domain.session import SessionAggregate, session_aggregate_id
-from memstream.workers import event_contract
-from memstream.workers.codec import (
+from memstream.workers.log import event_contract
+from memstream.workers.log.codec import (
     H_ACTOR,
     H_CAUSATION_ID,
     H_COMMAND_ID,
@@ -30,7 +30,7 @@ from memstream.workers.codec import (
     encode_event,
     event_type,
 )
-from memstream.workers.event_contract import EVENT_TYPES, EventContractError
+from memstream.workers.log.event_contract import EVENT_TYPES, EventContractError
 
 SUBJECT = "ms.default.session.s"
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from memstream.domain.errors import InvalidInputError
-from memstream.workers import event_transfer
-from memstream.workers.event_transfer import batches, parse_line
+from memstream.workers.admin import event_transfer
+from memstream.workers.admin.event_transfer import batches, parse_line
 
 
 def _line(seq: int, batch: str | None = None, **extra: object) -> str:

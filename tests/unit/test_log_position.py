@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from memstream.workers.event_log import event_identity
-from memstream.workers.log_position import check_copy
+from memstream.workers.log.event_log import event_identity
+from memstream.workers.log.log_position import check_copy
 
 
 class FakeLog:

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from nats.aio.client import Client
 from nats.errors import BadHeaderError
 
-from memstream.workers.nats_client import MemstreamNatsClient
+from memstream.workers.log.nats_client import MemstreamNatsClient
 
 _names = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1)
 _values = st.text(

@@ -6,7 +6,7 @@ import pytest
 
 from memstream.domain.errors import InvalidInputError
 from memstream.projections.ports import TrackingRows, advance, projection_of
-from memstream.workers.subjects import (
+from memstream.workers.log.subjects import (
     logical_subject,
     parse_subject,
     partition_filter,

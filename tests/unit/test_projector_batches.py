@@ -30,9 +30,9 @@ from memstream.projections.sqlite.read_connection import ReadConnection
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 from memstream.projections.sqlite.session_snapshots import SqliteSessionSnapshots
 from memstream.projections.sqlite.session_writer import apply_session_writes
-from memstream.workers.codec import CommandMeta, encode_event
-from memstream.workers.event_log import LogEntry
-from memstream.workers.subjects import subject_for
+from memstream.workers.log.codec import CommandMeta, encode_event
+from memstream.workers.log.event_log import LogEntry
+from memstream.workers.log.subjects import subject_for
 
 NAMESPACE = "default"
 

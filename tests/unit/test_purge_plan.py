@@ -9,7 +9,7 @@ import pytest
 
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.purge_log import PURGE_EVENT_MAX_SUBJECTS, PurgeLog
-from memstream.workers.purge import PurgeUnit, _chunks, parse_duration
+from memstream.workers.admin.purge import PurgeUnit, _chunks, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import pytest
 from memstream.domain.errors import ProjectorRunningError
 from memstream.projections.sqlite.copy import ProjectorLock, copy_id, lock_path
 from memstream.projections.sqlite.database import open_database
-from memstream.workers.status import ConsumerStatus, copy_of, copy_statuses
+from memstream.workers.admin.status import ConsumerStatus, copy_of, copy_statuses
 
 
 def test_a_copy_id_is_created_with_the_database_and_kept_inside_it(tmp_path: Path) -> None:

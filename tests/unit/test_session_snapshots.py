@@ -28,8 +28,8 @@ from memstream.projections.ports import ProjectorStats
 from memstream.projections.sqlite.batches import SessionProjection, apply_batch
 from memstream.projections.sqlite.database import drop_projection, open_database
 from memstream.projections.sqlite.session_snapshots import SqliteSessionSnapshots
-from memstream.workers.aggregate_store import AggregateStore
-from memstream.workers.subjects import subject_for
+from memstream.workers.log.aggregate_store import AggregateStore
+from memstream.workers.log.subjects import subject_for
 
 NAMESPACE = "default"
 SESSIONS = ("s1", "s2")

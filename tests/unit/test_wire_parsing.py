@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from nats.aio.msg import Msg
 from nats.errors import NotJSMessageError
 
-import memstream.workers.codec as codec
+import memstream.workers.log.codec as codec
 from memstream import UnavailableError
-from memstream.workers.event_log import EventLog, OutgoingMessage, StillStoringError, _pub_ack
+from memstream.workers.log.event_log import EventLog, OutgoingMessage, StillStoringError, _pub_ack
 from memstream.workers.pull import stream_sequence
 
 

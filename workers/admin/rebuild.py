@@ -25,8 +25,8 @@ from memstream.projections.ports import (
     select_projections,
 )
 from memstream.workers.dead_letters import forget_erased_dead_letters
-from memstream.workers.event_log import TRANSIENT_ERRORS, EventLog, LogEntry
-from memstream.workers.log_position import check_copy
+from memstream.workers.log.event_log import TRANSIENT_ERRORS, EventLog, LogEntry
+from memstream.workers.log.log_position import check_copy
 from memstream.workers.projector import consumed_subjects, projector_consumer
 from memstream.workers.pull import Puller, stream_sequence
 

@@ -23,7 +23,7 @@ Mark = tuple[str, int, str | None]
 
 
 class LogReader(Protocol):
-    """What the check needs of the log (:class:`~memstream.workers.event_log.EventLog`)."""
+    """What the check needs of the log (:class:`~memstream.workers.log.event_log.EventLog`)."""
 
     async def stream_last_seq(self) -> int: ...
 

@@ -24,7 +24,7 @@ from nats.js import api
 from memstream.domain.context import document_id
 from memstream.domain.errors import InvalidInputError, MemstreamError, UnavailableError
 from memstream.domain.limits import check_namespace
-from memstream.workers.codec import (
+from memstream.workers.log.codec import (
     H_ACTOR,
     H_CAUSATION_ID,
     H_CLASS_VERSION,
@@ -39,10 +39,10 @@ from memstream.workers.codec import (
     event_type,
     former_topics,
 )
-from memstream.workers.event_contract import EVENT_TYPES, aggregate_id
-from memstream.workers.event_log import EventLog
+from memstream.workers.log.event_contract import EVENT_TYPES, aggregate_id
+from memstream.workers.log.event_log import EventLog
+from memstream.workers.log.subjects import encode_token, parse_subject, subject_for
 from memstream.workers.pull import Puller
-from memstream.workers.subjects import encode_token, parse_subject, subject_for
 
 logger = logging.getLogger(__name__)
 

@@ -26,22 +26,22 @@ from nats.js import JetStreamContext, api
 
 from memstream.domain.errors import IncompatibleServerError, InvalidInputError, UnavailableError
 from memstream.domain.redaction import redact, redact_url, redacted_exception, url_secrets
-from memstream.workers.codec import (
+from memstream.workers.log.codec import (
     H_EXPECTED_LAST_SUBJECT_SEQ,
     H_MSG_ID,
     decode_event,
     event_type,
 )
-from memstream.workers.nats_client import MemstreamNatsClient, frame_batch
-from memstream.workers.nats_server import LIVENESS_PING_SECONDS, LIVENESS_PINGS
-from memstream.workers.pull import Puller
-from memstream.workers.server_version import check_server
-from memstream.workers.subjects import (
+from memstream.workers.log.nats_client import MemstreamNatsClient, frame_batch
+from memstream.workers.log.server_version import check_server
+from memstream.workers.log.subjects import (
     parse_subject,
     partition_filter,
     partition_transform,
     stored_filter,
 )
+from memstream.workers.pull import Puller
+from memstream.workers.runtime.nats_server import LIVENESS_PING_SECONDS, LIVENESS_PINGS
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ async def connect_nats(
     Raises:
         UnavailableError: NATS cannot be reached or refused the connection.
         IncompatibleServerError: the server is older than a feature memstream needs
-            (:mod:`memstream.workers.server_version`).
+            (:mod:`memstream.workers.log.server_version`).
         InvalidInputError: a creds file is given but the nkeys package is missing.
     """
     servers = nats_servers(url)
@@ -596,7 +596,7 @@ class EventLog:
     async def stored(self, subject: str) -> str:
         """The filter matching the events the stream stored for ``subject`` (one subject or a
         4-token pattern): ``subject.*`` on a partitioned stream (see
-        :func:`~memstream.workers.subjects.stored_filter`)."""
+        :func:`~memstream.workers.log.subjects.stored_filter`)."""
         return stored_filter(subject, await self.partitions())
 
     async def stream_last_seq(self) -> int:

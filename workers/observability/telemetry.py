@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector
 
 from memstream.domain.errors import InvalidInputError
 from memstream.projections.ports import BATCH_BUCKETS, INDEXER_PROJECTIONS
-from memstream.workers.metrics_hooks import hooks
+from memstream.workers.observability.metrics_hooks import hooks
 
 if TYPE_CHECKING:
     from memstream.workers.extractor import ExtractorWorker

@@ -12,10 +12,10 @@ import nats.js.errors
 
 from memstream.domain.errors import InvalidInputError, NotFoundError, UnavailableError
 from memstream.projections.ports import INDEXER_PROJECTIONS, PROJECTIONS, ReadModels
-from memstream.workers.durability import ServerSync, StreamCopy, missing_events
-from memstream.workers.event_log import EventLog
 from memstream.workers.leases import lease_bucket
-from memstream.workers.log_position import check_copy
+from memstream.workers.log.durability import ServerSync, StreamCopy, missing_events
+from memstream.workers.log.event_log import EventLog
+from memstream.workers.log.log_position import check_copy
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 :class:`NatsDatastore` owns one NATS connection served by an asyncio loop in a background thread;
 its synchronous methods submit coroutines to that loop and wait for them, bounded by timeouts, and
 translate failures into eventsourcing's persistence errors. The recorders in
-:mod:`memstream.workers.es_persistence` are thin over it.
+:mod:`memstream.workers.log.es_persistence` are thin over it.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from eventsourcing.persistence import (
 from nats.aio.client import Client
 
 from memstream.domain.errors import IncompatibleServerError, UnavailableError
-from memstream.workers.codec import H_ORIGINATOR_ID, H_ORIGINATOR_VERSION, H_TOPIC
-from memstream.workers.event_log import (
+from memstream.workers.log.codec import H_ORIGINATOR_ID, H_ORIGINATOR_VERSION, H_TOPIC
+from memstream.workers.log.event_log import (
     EventLog,
     ExpectedSequenceMismatch,
     LogEntry,

@@ -33,11 +33,11 @@ from memstream.projections.ports import (
     select_projections,
 )
 from memstream.projections.read_models import DATABASE_FILE, read_models_at
-from memstream.workers.data_dir import private_dir, write_private
-from memstream.workers.event_log import EventLog
+from memstream.workers.admin.rebuild import Progress, catch_up
+from memstream.workers.log.event_log import EventLog
+from memstream.workers.log.subjects import encode_token
 from memstream.workers.pull import Puller
-from memstream.workers.rebuild import Progress, catch_up
-from memstream.workers.subjects import encode_token
+from memstream.workers.runtime.data_dir import private_dir, write_private
 
 CACHE_DIR = "as-of"
 CACHE_KEEP = 8

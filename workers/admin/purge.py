@@ -45,14 +45,14 @@ from nats.js import api
 from memstream.domain.errors import InvalidInputError, UnavailableError
 from memstream.domain.purge_log import PURGE_EVENT_MAX_SUBJECTS, PURGE_LOG_ID, PurgeLog
 from memstream.domain.session import SessionAggregate
-from memstream.workers.aggregate_store import AggregateStore, CommandResult
-from memstream.workers.audit import AuditEvent, audit_event
-from memstream.workers.codec import CommandMeta, new_command_id
-from memstream.workers.event_contract import utc_time
-from memstream.workers.event_log import TRANSIENT_ERRORS, EventLog
+from memstream.workers.admin.audit import AuditEvent, audit_event
+from memstream.workers.admin.status import CopyStatus, consumer_statuses, copy_statuses
+from memstream.workers.log.aggregate_store import AggregateStore, CommandResult
+from memstream.workers.log.codec import CommandMeta, new_command_id
+from memstream.workers.log.event_contract import utc_time
+from memstream.workers.log.event_log import TRANSIENT_ERRORS, EventLog
+from memstream.workers.log.subjects import parse_subject, subject_for
 from memstream.workers.pull import Puller
-from memstream.workers.status import CopyStatus, consumer_statuses, copy_statuses
-from memstream.workers.subjects import parse_subject, subject_for
 
 logger = logging.getLogger(__name__)
 

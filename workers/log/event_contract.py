@@ -11,7 +11,7 @@ the catalogue). The payload of every event is one JSON object::
 (the aggregate is the subject: its id is derived from the namespace and the payload, as the
 domain derives it), ``time`` ISO 8601 in UTC; the other fields are the event's own, a message
 as a nested object. Headers carry the contract version (``Ms-Schema``) and the audit fields
-(see :mod:`~memstream.workers.codec`).
+(see :mod:`~memstream.workers.log.codec`).
 
 The domain keeps its eventsourcing events; only their wire form is defined here. A message is
 spliced into the payload as the canonical JSON text the domain already made (no second

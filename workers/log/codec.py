@@ -44,14 +44,14 @@ from eventsourcing.utils import register_topic
 
 from memstream.domain.errors import MemstreamError
 from memstream.domain.session import SessionAggregate
-from memstream.workers.event_contract import (
+from memstream.workers.log.event_contract import (
     SCHEMA,
     EventContractError,
     decode_payload,
     encode_payload,
     type_name,
 )
-from memstream.workers.subjects import parse_subject
+from memstream.workers.log.subjects import parse_subject
 
 H_TOPIC = "Ms-Topic"
 H_CLASS_VERSION = "Ms-Class-Version"

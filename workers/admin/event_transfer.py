@@ -30,7 +30,7 @@ import nats.errors
 import nats.js.errors
 
 from memstream.domain.errors import InvalidInputError, UnavailableError
-from memstream.workers.codec import (
+from memstream.workers.log.codec import (
     H_ACTOR,
     H_CAUSATION_ID,
     H_COMMAND_ID,
@@ -38,7 +38,7 @@ from memstream.workers.codec import (
     H_MSG_ID,
     H_SCHEMA,
 )
-from memstream.workers.event_log import EventLog, ExpectedSequenceMismatch, OutgoingMessage
+from memstream.workers.log.event_log import EventLog, ExpectedSequenceMismatch, OutgoingMessage
 
 # Events per atomic batch, and the payload bytes a batch may hold, before it is cut at the next
 # group (an atomic batch of the source, or one event): a group is never split, and the server

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memstream.domain.errors import InvalidInputError, UnavailableError
-from memstream.workers.data_dir import open_private, private_dir, write_private
+from memstream.workers.runtime.data_dir import open_private, private_dir, write_private
 
 READY_TIMEOUT = 15.0
 # A 1 MiB message can double in size when embedded (escaped) in its event's JSON.

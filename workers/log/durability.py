@@ -3,9 +3,9 @@
 nats-server acknowledges a JetStream write once it is in its store, and by default writes the
 store to disk every 2 minutes (``sync_interval``): an OS crash or a power loss then loses writes
 that were acknowledged. memstream starts its servers with ``sync_interval: always``
-(:func:`~memstream.workers.nats_server.sync_config`). Of a server it did not start, the policy
-is known only through the server's monitoring endpoint (``/varz``), when the settings name it
-(``MEMSTREAM_NATS_MONITOR_URL``).
+(:func:`~memstream.workers.runtime.nats_server.sync_config`). Of a server it did not start,
+the policy is known only through the server's monitoring endpoint (``/varz``), when the
+settings name it (``MEMSTREAM_NATS_MONITOR_URL``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.redaction import redact_url
-from memstream.workers.nats_server import SYNC_ALWAYS
+from memstream.workers.runtime.nats_server import SYNC_ALWAYS
 
 # nats-server's own default when a config says nothing.
 DEFAULT_SYNC = "2m (nats-server's default)"

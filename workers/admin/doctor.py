@@ -1,6 +1,6 @@
 """``memstream doctor``: what is wrong with a deployment, and the command that mends each.
 
-A pure judgement over two readings of :class:`~memstream.workers.status.PlatformStatus` (taken
+A pure judgement over two readings of :class:`~memstream.workers.admin.status.PlatformStatus` (taken
 a moment apart, so that a projection behind the log can be told moving from stalled) and the
 servers' versions: the log servers' fsync policy, the read-model copy against the log, dead
 letters, lag and the stream's replicas.
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from memstream.workers.log_position import REBUILD_COMMAND
-from memstream.workers.status import PlatformStatus
+from memstream.workers.admin.status import PlatformStatus
+from memstream.workers.log.log_position import REBUILD_COMMAND
 
 # How long doctor waits between its two readings of the projections' positions.
 SAMPLE_SECONDS = 1.0

@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from memstream.domain.errors import UnavailableError
-from memstream.workers.data_dir import (
+from memstream.workers.runtime.data_dir import (
     open_private,
     os_reason,
     prepare_data_dir,
     write_private,
 )
-from memstream.workers.nats_server import (
+from memstream.workers.runtime.nats_server import (
     CONFIG_FILE,
     SYNC_ALWAYS,
     NatsServerProcess,
@@ -85,7 +85,7 @@ class EmbeddedRuntime:
         cls, data_dir: Path, timeout: float = ACQUIRE_TIMEOUT, *, sync: str = SYNC_ALWAYS
     ) -> EmbeddedRuntime:
         """Use the data dir's running server, or become its owner and start one (with the
-        fsync policy ``sync``: see :func:`~memstream.workers.nats_server.check_sync`).
+        fsync policy ``sync``: see :func:`~memstream.workers.runtime.nats_server.check_sync`).
 
         Waits (up to ``timeout``) while another process starts or stops the server.
 

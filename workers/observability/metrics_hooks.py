@@ -1,7 +1,7 @@
 """Where commands report to metrics, when a process serves them (see
-:mod:`~memstream.workers.telemetry`); without metrics nothing is recorded and the Prometheus
-client is not even imported (its import costs more than a client's connect: bench/RESULTS.md,
-'Figures moved from code comments')."""
+:mod:`~memstream.workers.observability.telemetry`); without metrics nothing is recorded and the
+Prometheus client is not even imported (its import costs more than a client's connect:
+bench/RESULTS.md, 'Figures moved from code comments')."""
 
 from __future__ import annotations
 

@@ -34,14 +34,14 @@ from eventsourcing.domain import Aggregate, OriginatorVersionError
 from memstream.domain.errors import ConcurrencyError, LogGapError, MemstreamError
 from memstream.domain.message_index import StoredMessagesMoved
 from memstream.projections.ports import Snapshot, SnapshotSource
-from memstream.workers.codec import CommandMeta, decode_event, encode_event
-from memstream.workers.event_log import (
+from memstream.workers.log.codec import CommandMeta, decode_event, encode_event
+from memstream.workers.log.event_log import (
     ExpectedSequenceMismatch,
     LogEntry,
     OutgoingMessage,
     PublishResult,
 )
-from memstream.workers.metrics_hooks import hooks
+from memstream.workers.observability.metrics_hooks import hooks
 
 logger = logging.getLogger(__name__)
 A = TypeVar("A", bound=Aggregate)
@@ -65,7 +65,7 @@ GUARDED_DECISIONS = 32
 
 
 class Log(Protocol):
-    """What the store needs of the log (:class:`~memstream.workers.event_log.EventLog`)."""
+    """What the store needs of the log (:class:`~memstream.workers.log.event_log.EventLog`)."""
 
     async def publish(
         self,

@@ -1,0 +1,1 @@
+"""Metrics and traces: Prometheus metrics of a process and OpenTelemetry spans."""
