@@ -4,7 +4,7 @@
 :class:`memstream.Session`. Until both were named apart the aggregate was ``Session`` too, and
 events written before the event contract carry that name in their eventsourcing topic
 (``memstream.domain.session:Session.MessageAppended``): the codec reads them as the renamed
-class's (:data:`memstream.workers.codec.RENAMED_AGGREGATES`).
+class's (:data:`memstream.workers.log.codec.RENAMED_AGGREGATES`).
 
 Commands validate against the aggregate's decision state and *return* the events they decide;
 the caller publishes them and only then applies them with

@@ -99,7 +99,7 @@ class TextEncoder(Protocol):
 
 
 class LogRecord(Protocol):
-    """One event of the log as a store applies it (:class:`memstream.workers.event_log.LogEntry`
+    """One event of the log as a store applies it (:class:`memstream.workers.log.event_log.LogEntry`
     is one). The store decodes only the records some projection has not applied yet."""
 
     @property
@@ -122,7 +122,7 @@ class LogRecord(Protocol):
         """What tells this event from any other the log could hold at its sequence (its
         ``Nats-Msg-Id``, else a digest of its payload): recorded with a tracking row, so that a
         copy can tell a log that lost or replaced its tail (see
-        :mod:`memstream.workers.log_position`)."""
+        :mod:`memstream.workers.log.log_position`)."""
 
 
 # A partitioned projection's tracking rows are ``<projection>@<partition>``.
@@ -614,7 +614,7 @@ class ReadModels(Protocol):
     def marks(self) -> list[tuple[str, int, str | None]]:
         """Every tracking row of the copy past 0: its name, its sequence, and the identity of
         the event there (:meth:`LogRecord.identity`; ``None`` when it was recorded before
-        identities were), what :mod:`memstream.workers.log_position` checks against the
+        identities were), what :mod:`memstream.workers.log.log_position` checks against the
         log."""
 
     def copy_id(self) -> str:

@@ -445,7 +445,7 @@ _MIGRATIONS: dict[int, str] = {
     DELETE FROM tracking WHERE projection = 'analytics';
     """,
     # The identity of the event at each tracked sequence: a copy checks it against the log, so
-    # that a log that lost or replaced its tail is noticed (workers/log_position.py).
+    # that a log that lost or replaced its tail is noticed (workers/log/log_position.py).
     17: """
     ALTER TABLE tracking ADD COLUMN event TEXT;
     """,
