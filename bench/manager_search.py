@@ -13,7 +13,7 @@ from bench.payloads import MessageFactory
 from bench.search import QUERIES
 from memstream.domain.limits import search_query
 from memstream.projections.search_query import to_fts5
-from memstream.projections.session_writes import indexed_text
+from memstream.projections.session_projector import indexed_text
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 

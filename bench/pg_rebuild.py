@@ -26,7 +26,7 @@ from bench.rebuild import FETCH, ROUNDS, TARGET, filled_log, raw_consume, result
 from memstream.projections.postgres.checksum import checksum
 from memstream.projections.postgres.copy import PostgresCopy
 from memstream.projections.postgres.schema import TEXT_SEARCH, migrate
-from memstream.projections.session_writes import BATCH_SLOTS
+from memstream.projections.session_projector import BATCH_SLOTS
 from memstream.workers.admin.rebuild import rebuild
 from memstream.workers.log.event_log import connect_nats
 

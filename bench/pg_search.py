@@ -11,7 +11,7 @@ from bench.payloads import MessageFactory
 from bench.postgres import Connection, needs_postgres, pg_bench_env, plain_connection, settle
 from bench.search import LIMIT, TARGET, compare, result
 from memstream.projections.postgres.schema import TEXT_SEARCH
-from memstream.projections.session_writes import indexed_text
+from memstream.projections.session_projector import indexed_text
 
 NAME = "pg_search"
 TITLE = "search over 100,000 messages in 100 sessions on PostgreSQL"

@@ -31,8 +31,8 @@ from bench.fixtures import fill_log
 from bench.harness import ACK_TIMEOUT, BenchEnv, Row, bench_env
 from bench.payloads import MessageFactory
 from bench.postgres import needs_postgres, scratch_database
-from memstream.projections.ports import PARTITIONABLE, PROJECTOR_PROJECTIONS
 from memstream.projections.postgres.copy import PostgresCopy
+from memstream.projections.registry import PARTITIONABLE, PROJECTOR_PROJECTIONS
 from memstream.workers.log.event_log import EventLog
 from memstream.workers.log.subjects import parse_subject, partition_filter
 from memstream.workers.projector import projector_consumer

@@ -11,7 +11,7 @@ from bench.fixtures import fill_session
 from bench.harness import Row, bench_env, ms, query_figures
 from bench.payloads import MessageFactory
 from memstream.projections.search_query import to_fts5
-from memstream.projections.session_writes import indexed_text
+from memstream.projections.session_projector import indexed_text
 from memstream.projections.sqlite.database import open_database
 
 NAME = "search"

@@ -31,8 +31,6 @@ from memstream.domain.errors import NotFoundError, ReadModelAheadError
 from memstream.projections.analytics_rows import DIMENSIONS, grouped
 from memstream.projections.overview import session_overview as _session_overview
 from memstream.projections.ports import (
-    MODEL_FREE_PROJECTIONS,
-    PROJECTIONS,
     ContextQueries,
     Difference,
     ReadModelCopy,
@@ -40,6 +38,7 @@ from memstream.projections.ports import (
     SessionQueries,
 )
 from memstream.projections.read_models import open_read_models, read_models_at
+from memstream.projections.registry import MODEL_FREE_PROJECTIONS, PROJECTIONS
 from memstream.settings import Settings
 from memstream.workers.admin.audit import (
     AGGREGATE_KINDS,

@@ -48,7 +48,7 @@ from memstream.projections.recall import (
     RecallInputs,
     recall,
 )
-from memstream.projections.vector_writes import MEMORY, MESSAGE
+from memstream.projections.vector_projector import MEMORY, MESSAGE
 from memstream.workers.log.aggregate_store import CommandResult, Decide, Decided
 from memstream.workers.log.codec import CommandMeta
 from memstream.workers.recall_inputs import QueryAnalysis, VectorCache

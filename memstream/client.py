@@ -35,11 +35,6 @@ from memstream.domain.session_registry import SessionRecord
 from memstream.home_loop import home_loop_methods
 from memstream.llm_extractor import extractor_from_settings
 from memstream.projections.ports import (
-    ANALYTICS_PROJECTIONS,
-    INDEXER_PROJECTIONS,
-    PARTITIONABLE,
-    PROJECTIONS,
-    PROJECTOR_PROJECTIONS,
     REBUILD_HINT,
     ContextQueries,
     MemoryQueries,
@@ -47,9 +42,16 @@ from memstream.projections.ports import (
     ReadModels,
     ReadModelStore,
     SessionQueries,
-    TrackingRows,
 )
 from memstream.projections.read_models import open_read_models
+from memstream.projections.registry import (
+    ANALYTICS_PROJECTIONS,
+    INDEXER_PROJECTIONS,
+    PARTITIONABLE,
+    PROJECTIONS,
+    PROJECTOR_PROJECTIONS,
+)
+from memstream.projections.tracking import TrackingRows
 from memstream.session import Session
 from memstream.session_manager import SessionManager
 from memstream.settings import Settings, default_actor

@@ -17,14 +17,14 @@ from typing import Any
 
 from memstream.domain.errors import InvalidInputError
 from memstream.llm_extractor import extractor_from_settings
-from memstream.projections.ports import (
+from memstream.projections.read_models import open_read_models
+from memstream.projections.registry import (
     PARTITIONABLE,
     PROJECTOR_PROJECTIONS,
     REGISTRY,
     ProjectionSpec,
     parse_projections,
 )
-from memstream.projections.read_models import open_read_models
 from memstream.settings import Settings
 from memstream.workers.projector import DEFAULT_LINGER, claim_copy
 from memstream.workers.runtime.data_dir import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from memstream.projections.analytics_writes import COST_SCALE, MEMORY_TYPES
+from memstream.projections.analytics_projector import COST_SCALE, MEMORY_TYPES
 
 # The columns of one day's row, after namespace, day, model and source.
 FIELDS = (

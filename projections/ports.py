@@ -1,6 +1,7 @@
 """The read-model ports: what the workers, the client and the CLI use of a read-model backend.
 
-A backend (SQLite in ``projections/sqlite/``; PostgreSQL to come) implements them. Plain values
+A backend (SQLite in ``projections/sqlite/``, PostgreSQL in ``projections/postgres/``)
+implements them. Plain values
 cross them (dataclasses, dicts, strings, the domain's aggregates), never a driver's connection,
 cursor or error: a backend translates its damage errors into
 :class:`~memstream.domain.errors.ReadModelDamagedError`.
@@ -25,60 +26,17 @@ from typing import Any, NoReturn, Protocol, TypeVar
 from eventsourcing.domain import Aggregate
 
 from memstream.domain.context import ContextDocument, SearchIndex
-from memstream.domain.errors import InvalidInputError, ReadModelDamagedError
+from memstream.domain.errors import ReadModelDamagedError
 from memstream.domain.messages import Message
 from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
 from memstream.projections.overlays import Compaction
 from memstream.projections.recent_history import RecentHistory
+from memstream.projections.registry import PROJECTIONS, PROJECTOR_PROJECTIONS
+from memstream.projections.tracking import TrackingRows
 
 A = TypeVar("A", bound=Aggregate)
 
-
-@dataclass(frozen=True, slots=True)
-class ProjectionSpec:
-    """A projection of the registry: its name (its tracking row, its tables, its place in a
-    consumer's name), its version and what it holds.
-
-    A read-model copy keeps each projection's version with its tracking row. A projector that
-    finds another version there (the code that writes it changed what it writes) empties the
-    projection and projects it again from the log, alone: the others keep their rows.
-    """
-
-    name: str
-    version: int
-    holds: str
-
-
-# Every projection, in the order a projector that runs several applies them.
-REGISTRY: tuple[ProjectionSpec, ...] = (
-    ProjectionSpec("sessions", 1, "messages tree, message search, compaction overlays"),
-    ProjectionSpec("context", 1, "context blocks, cached prompts, loaded skills, search entries"),
-    ProjectionSpec("registry", 1, "registered sessions: names, models, usage, last activity"),
-    ProjectionSpec("memory", 1, "memory profiles, raw messages, memories, history, search"),
-    # Run by the indexer (it embeds texts with a model: slow, so apart from the others).
-    # v2: a memory made from messages is embedded without their text (they have vectors).
-    ProjectionSpec("vectors", 2, "embeddings of memories and raw messages"),
-    # Run by the analytics worker (a consumer of its own: volumes may lag, reads never wait).
-    ProjectionSpec("analytics", 1, "daily volumes per namespace, model and source"),
-)
-# Their names, in that order (what a rebuild rebuilds unless told otherwise).
-PROJECTIONS: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)
-# What the indexer worker runs (a model embeds texts: seconds per batch) ...
-INDEXER_PROJECTIONS: tuple[str, ...] = ("vectors",)
-# ... what the analytics worker runs (daily volumes: nothing a request reads waits for them) ...
-ANALYTICS_PROJECTIONS: tuple[str, ...] = ("analytics",)
-# ... and what the projector worker runs unless told otherwise: all the others.
-PROJECTOR_PROJECTIONS: tuple[str, ...] = tuple(
-    name for name in PROJECTIONS if name not in INDEXER_PROJECTIONS + ANALYTICS_PROJECTIONS
-)
-# Every projection built without an embedding model (a rebuild's or verify's default then).
-MODEL_FREE_PROJECTIONS: tuple[str, ...] = tuple(
-    name for name in PROJECTIONS if name not in INDEXER_PROJECTIONS
-)
-# Projections that read only Agent Memory events (their consumers filter on profile subjects).
-MEMORY_PROJECTIONS: frozenset[str] = frozenset({"memory", "vectors"})
-VERSIONS: dict[str, int] = {spec.name: spec.version for spec in REGISTRY}
 # A failing event is retried with its batch; after this many failures it is a dead letter.
 MAX_ATTEMPTS = 5
 REBUILD_HINT = "run `memstream projections rebuild` to move it aside and rebuild it from the log"
@@ -123,96 +81,6 @@ class LogRecord(Protocol):
         ``Nats-Msg-Id``, else a digest of its payload): recorded with a tracking row, so that a
         copy can tell a log that lost or replaced its tail (see
         :mod:`memstream.workers.log.log_position`)."""
-
-
-# A partitioned projection's tracking rows are ``<projection>@<partition>``.
-PARTITION_ROW = "@"
-# Projections a projector may run per partition: each of their writes concerns the aggregate of
-# its event alone (a session's registry row is touched by its session's events, in the same
-# partition). Analytics counts a profile's events by its sessions' models, and the indexer
-# embeds as it goes: they consume the whole stream, in its order.
-PARTITIONABLE: tuple[str, ...] = ("sessions", "context", "registry", "memory")
-
-
-def projection_of(row: str) -> str:
-    """The projection a tracking row belongs to (``sessions@3`` -> ``sessions``)."""
-    return row.partition(PARTITION_ROW)[0]
-
-
-@dataclass(frozen=True, slots=True)
-class TrackingRows:
-    """Where a store records its projections' positions: one row per projection on a stream
-    without partitions (``count`` 0), else one per projection and partition, of which the
-    store's projector writes those of the partitions it consumes (``owned``).
-
-    A projector consumes the events of its partitions in stream order. So once it has applied
-    the event at sequence S, every partition it consumes is complete up to S, and each of their
-    rows records S (never less than it held). A row of partition p at S thus means: every
-    event of p up to S is applied. A reader waits for each partition it reads to reach the
-    partition's own target (its last event when the reader connected, its own last write in
-    it), so a partition without new events never holds up a reader.
-    """
-
-    count: int = 0
-    owned: frozenset[int] = frozenset()
-
-    def names(self, projection: str) -> tuple[str, ...]:
-        """The rows of ``projection`` this store writes (its own for one that is not
-        :data:`PARTITIONABLE`)."""
-        if not self.count or projection not in PARTITIONABLE:
-            return (projection,)
-        return tuple(f"{projection}{PARTITION_ROW}{p}" for p in sorted(self.owned))
-
-    def every(self, projection: str) -> tuple[str, ...]:
-        """Every row of ``projection`` (each partition's, on a partitioned stream)."""
-        if not self.count or projection not in PARTITIONABLE:
-            return (projection,)
-        return tuple(f"{projection}{PARTITION_ROW}{p}" for p in range(self.count))
-
-    def row(self, projection: str, subject: str) -> str:
-        """The row of the partition ``subject`` (as the stream stored it) is in."""
-        if not self.count or projection not in PARTITIONABLE:
-            return projection
-        partition = subject[subject.rfind(".") + 1 :]
-        if not partition.isdigit():
-            raise ValueError(f"subject {subject!r} has no partition token")
-        return f"{projection}{PARTITION_ROW}{partition}"
-
-
-# The rows of a stream without partitions: one per projection.
-UNPARTITIONED = TrackingRows()
-
-
-class Named(Protocol):
-    name: str
-
-
-N = TypeVar("N", bound=Named)
-
-
-def pending_for(
-    projections: Sequence[N], positions: dict[str, int], rows: TrackingRows, record: LogRecord
-) -> list[N]:
-    """The projections that have not applied ``record`` yet: its sequence is past their row
-    (of its partition; a partition not consumed here never is)."""
-    seq = record.seq
-    if not rows.count:
-        return [p for p in projections if seq > positions[p.name]]
-    return [p for p in projections if seq > positions.get(rows.row(p.name, record.subject), seq)]
-
-
-def advance(positions: dict[str, int], rows: tuple[str, ...], seq: int) -> None:
-    """Record that ``rows`` (one projection's, see :class:`TrackingRows`) are complete up to
-    ``seq``."""
-    for row in rows:
-        if positions[row] < seq:
-            positions[row] = seq
-
-
-def position_events(positions: dict[str, int], records: dict[int, LogRecord]) -> dict[int, str]:
-    """The identity of the event at each of ``positions`` that ``records`` (by sequence) hold:
-    what a store records beside them."""
-    return {seq: records[seq].identity() for seq in set(positions.values()) if seq in records}
 
 
 # Upper bounds (seconds) of the batch-time histogram of ProjectorStats.
@@ -317,41 +185,6 @@ def run_steps(steps: Generator[None, None, int]) -> int:
     while (result := step(steps)) is None:
         pass
     return result
-
-
-def select_projections(
-    names: Sequence[str] | None, default: Sequence[str] = PROJECTIONS
-) -> list[str]:
-    """``names`` checked against :data:`PROJECTIONS` (``default`` when empty).
-
-    Raises:
-        InvalidInputError: an unknown projection name.
-    """
-    if not names:
-        return list(default)
-    unknown = [n for n in names if n not in PROJECTIONS]
-    if unknown:
-        raise InvalidInputError(
-            f"unknown projection {unknown[0]!r}; known: {', '.join(sorted(PROJECTIONS))}"
-        )
-    # In registry order, once each: the order a projector applies them in.
-    return [name for name in PROJECTIONS if name in names]
-
-
-def parse_projections(
-    option: str, text: str | None, default: Sequence[str] = PROJECTIONS
-) -> list[str]:
-    """A comma-separated list of projection names (``sessions,context``), checked; ``default``
-    for ``None`` or an empty text.
-
-    Raises:
-        InvalidInputError: an unknown projection name (named with ``option``).
-    """
-    names = [name.strip() for name in (text or "").split(",") if name.strip()]
-    try:
-        return select_projections(names, default)
-    except InvalidInputError as error:
-        raise InvalidInputError(f"{option}: {error}") from None
 
 
 # -- the read side ---------------------------------------------------------------------------

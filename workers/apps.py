@@ -23,8 +23,9 @@ from faststream.nats import NatsBroker, NatsCredentials, NatsToken, NatsUserPass
 from faststream.security import BaseSecurity
 
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.ports import INDEXER_PROJECTIONS, CopyLock
+from memstream.projections.ports import CopyLock
 from memstream.projections.read_models import open_read_models
+from memstream.projections.registry import INDEXER_PROJECTIONS
 from memstream.workers.extractor import ExtractorWorker
 from memstream.workers.indexer import LazyEncoder
 from memstream.workers.log.event_log import EventLog, nats_servers

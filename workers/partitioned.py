@@ -5,7 +5,7 @@ copy's projectors (a NATS KV bucket of leases, see
 :class:`~memstream.workers.leases.PartitionLeases`) and runs, in this process, one
 :class:`~memstream.workers.projector.ProjectorWorker` per partition it holds the lease of, each
 with its durable consumer (``projector-<copy>-p<n>``, filtered on ``<prefix>.*.*.*.<n>``) and its
-tracking rows (``<projection>@<n>``, see :class:`~memstream.projections.ports.TrackingRows`).
+tracking rows (``<projection>@<n>``, see :class:`~memstream.projections.tracking.TrackingRows`).
 When a member dies its leases expire and the others take its partitions over; each resumes
 from the partition's tracking rows.
 
@@ -27,7 +27,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from memstream.domain.errors import InvalidInputError, MemstreamError
-from memstream.projections.ports import PARTITIONABLE, ReadModelCopy, TrackingRows
+from memstream.projections.ports import ReadModelCopy
+from memstream.projections.registry import PARTITIONABLE
+from memstream.projections.tracking import TrackingRows
 from memstream.workers.leases import DEFAULT_TTL, PartitionLeases, lease_bucket
 from memstream.workers.log.event_log import EventLog
 from memstream.workers.position import Demand

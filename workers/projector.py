@@ -32,10 +32,6 @@ from memstream.domain.errors import (
     ReadModelDamagedError,
 )
 from memstream.projections.ports import (
-    INDEXER_PROJECTIONS,
-    PARTITION_ROW,
-    PROJECTIONS,
-    PROJECTOR_PROJECTIONS,
     CopyLock,
     ProjectorStats,
     ReadModelCopy,
@@ -43,10 +39,11 @@ from memstream.projections.ports import (
     ReadModelStore,
     StoreBusy,
     StoreTransaction,
-    TrackingRows,
     run_to_end,
     step,
 )
+from memstream.projections.registry import INDEXER_PROJECTIONS, PROJECTIONS, PROJECTOR_PROJECTIONS
+from memstream.projections.tracking import PARTITION_ROW, TrackingRows
 from memstream.workers.dead_letters import erased_dead_letters, is_purge_record, purged_sequences
 from memstream.workers.log.event_log import EventLog, LogEntry
 from memstream.workers.log.log_position import check_copy
@@ -180,7 +177,7 @@ def consumed_subjects(prefix: str, projections: Sequence[str]) -> str:
 class ProjectorWorker:
     """Consumes the stream in order and keeps the read models current: the whole stream, or
     one partition of a partitioned one (``rows`` at :meth:`open`, see
-    :class:`~memstream.projections.ports.TrackingRows`).
+    :class:`~memstream.projections.tracking.TrackingRows`).
 
     Its durable consumer is named from the read-model copy's id (``projector-<copy id>``, with
     ``-p<n>`` for partition n), so every copy (data dir, host) projects the stream on its own;

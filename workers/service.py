@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.ports import (
+from memstream.projections.read_models import open_read_models
+from memstream.projections.registry import (
     ANALYTICS_PROJECTIONS,
     INDEXER_PROJECTIONS,
     PROJECTOR_PROJECTIONS,
 )
-from memstream.projections.read_models import open_read_models
 from memstream.workers.extractor import ExtractorWorker
 from memstream.workers.indexer import LazyEncoder
 from memstream.workers.log.event_log import EventLog, connect_nats

@@ -7,8 +7,8 @@ from typing import Any
 
 import psycopg
 
+from memstream.projections.analytics_projector import CountRow, Purge, SessionRow, UnitRow
 from memstream.projections.analytics_rows import daily_rows
-from memstream.projections.analytics_writes import CountRow, Purge, SessionRow, UnitRow
 from memstream.projections.postgres.reads import Executes
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -53,7 +53,7 @@ def write_analytics(
     units: list[UnitRow],
 ) -> None:
     """Write a batch's rows inside the caller's transaction: counts first, then sessions (one
-    row per session, as :func:`~memstream.projections.analytics_writes.merged_sightings`
+    row per session, as :func:`~memstream.projections.analytics_projector.merged_sightings`
     gives them)."""
     if counts:
         connection.execute(

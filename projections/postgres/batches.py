@@ -25,27 +25,20 @@ import psycopg
 from psycopg import errors
 
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.analytics_writes import (
+from memstream.projections.analytics_projector import (
     AnalyticsBatch,
     Purge,
     project_analytics_event,
 )
-from memstream.projections.context_writes import project_context_event
-from memstream.projections.memory_writes import project_memory_event
+from memstream.projections.context_projector import project_context_event
+from memstream.projections.memory_projector import project_memory_event
 from memstream.projections.ports import (
     MAX_ATTEMPTS,
-    PROJECTOR_PROJECTIONS,
-    UNPARTITIONED,
-    VERSIONS,
     LogRecord,
     ProjectorStats,
     ReadModelRewound,
     StoreBusy,
     TextEncoder,
-    TrackingRows,
-    advance,
-    pending_for,
-    position_events,
 )
 from memstream.projections.postgres.analytics import purge_analytics, write_analytics
 from memstream.projections.postgres.context_writer import apply_context_writes
@@ -57,15 +50,23 @@ from memstream.projections.postgres.memory_writer import (
 from memstream.projections.postgres.registry_writer import apply_registry_writes, touch_sessions
 from memstream.projections.postgres.session_writer import PgSessionRows, apply_session_writes
 from memstream.projections.postgres.vectors import ensure_index
-from memstream.projections.registry_writes import (
+from memstream.projections.registry import PROJECTOR_PROJECTIONS, VERSIONS
+from memstream.projections.registry_projector import (
     ForgetSession,
     RegisterSession,
     Touches,
     TouchSession,
     project_registry_event,
 )
-from memstream.projections.session_writes import project_session_event
-from memstream.projections.vector_writes import (
+from memstream.projections.session_projector import project_session_event
+from memstream.projections.tracking import (
+    UNPARTITIONED,
+    TrackingRows,
+    advance,
+    pending_for,
+    position_events,
+)
+from memstream.projections.vector_projector import (
     DropVectors,
     PreparedVectors,
     project_vector_event,

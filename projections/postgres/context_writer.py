@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from memstream.projections.context_writes import (
+from memstream.projections.context_projector import (
     ClearSkills,
     ContextWrite,
     DropBlock,

@@ -20,15 +20,7 @@ from psycopg.pq import TransactionStatus
 from memstream.domain.context import ContextDocument, SearchIndex
 from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
-from memstream.projections.ports import (
-    PARTITION_ROW,
-    PROJECTIONS,
-    PROJECTOR_PROJECTIONS,
-    OnDamage,
-    ReadModelStore,
-    SnapshotSource,
-    TextEncoder,
-)
+from memstream.projections.ports import OnDamage, ReadModelStore, SnapshotSource, TextEncoder
 from memstream.projections.postgres.analytics import PgAnalyticsQueries
 from memstream.projections.postgres.connection import connect, describe, unavailable
 from memstream.projections.postgres.context_queries import PgContextQueries
@@ -49,6 +41,8 @@ from memstream.projections.postgres.store import (
     PostgresReadModelStore,
     ScratchStore,
 )
+from memstream.projections.registry import PROJECTIONS, PROJECTOR_PROJECTIONS
+from memstream.projections.tracking import PARTITION_ROW
 
 
 class PostgresReadModels:

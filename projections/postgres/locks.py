@@ -19,9 +19,9 @@ from collections.abc import Sequence
 import psycopg
 
 from memstream.domain.errors import ProjectorRunningError
-from memstream.projections.ports import PROJECTIONS
 from memstream.projections.postgres.connection import connect, describe, unavailable
 from memstream.projections.postgres.schema import LOCK_CLASS, lock_key
+from memstream.projections.registry import PROJECTIONS
 
 _HOLDER_PREFIX = "memstream projector"
 

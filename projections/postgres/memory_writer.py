@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from memstream.projections.memory_writes import (
+from memstream.projections.memory_projector import (
     AddMemories,
     AddMessages,
     AddSource,
@@ -28,7 +28,7 @@ from memstream.projections.memory_writes import (
 from memstream.projections.postgres.schema import TEXT_SEARCH
 from memstream.projections.postgres.text import searchable
 from memstream.projections.postgres.vectors import literal
-from memstream.projections.vector_writes import DropVectors, EmbedTexts
+from memstream.projections.vector_projector import DropVectors, EmbedTexts
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 

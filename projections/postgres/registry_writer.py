@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from memstream.projections.registry_writes import (
+from memstream.projections.registry_projector import (
     ChangeSession,
     ForgetSession,
     RegisterSession,

@@ -21,7 +21,7 @@ from memstream.projections.postgres.schema import TEXT_SEARCH
 from memstream.projections.postgres.text import indexable
 from memstream.projections.recent_history import RecentHistory
 from memstream.projections.search_query import to_tsquery_parts
-from memstream.projections.session_writes import indexed_text
+from memstream.projections.session_projector import indexed_text
 
 Connection = Executes
 

@@ -19,7 +19,7 @@ import psycopg
 
 from memstream.projections.postgres.schema import TEXT_SEARCH
 from memstream.projections.postgres.text import searchable
-from memstream.projections.session_writes import (
+from memstream.projections.session_projector import (
     ClearSession,
     DeleteMessages,
     ForgetPurged,

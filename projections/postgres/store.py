@@ -16,16 +16,11 @@ from psycopg.pq import TransactionStatus
 
 from memstream.domain.errors import UnavailableError
 from memstream.projections.ports import (
-    PARTITION_ROW,
-    PROJECTOR_PROJECTIONS,
-    VERSIONS,
     Difference,
     LogRecord,
     ProjectorStats,
     ReadModelStore,
     TextEncoder,
-    TrackingRows,
-    projection_of,
     run_steps,
 )
 from memstream.projections.postgres.batches import (
@@ -41,6 +36,8 @@ from memstream.projections.postgres.checksum import checksum, first_difference
 from memstream.projections.postgres.connection import SCHEMA, connect, describe, unavailable
 from memstream.projections.postgres.schema import copy_id, migrate, tracked_marks
 from memstream.projections.postgres.vectors import enable_pgvector
+from memstream.projections.registry import PROJECTOR_PROJECTIONS, VERSIONS
+from memstream.projections.tracking import PARTITION_ROW, TrackingRows, projection_of
 
 logger = logging.getLogger(__name__)
 

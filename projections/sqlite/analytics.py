@@ -7,8 +7,8 @@ import json
 import sqlite3
 from typing import Any
 
+from memstream.projections.analytics_projector import CountRow, Purge, SessionRow, UnitRow
 from memstream.projections.analytics_rows import daily_rows
-from memstream.projections.analytics_writes import CountRow, Purge, SessionRow, UnitRow
 from memstream.projections.sqlite.read_connection import Reads
 
 # A count for a session is for its model and source as the sessions table holds them (written

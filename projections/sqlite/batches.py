@@ -17,34 +17,29 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.analytics_writes import (
+from memstream.projections.analytics_projector import (
     AnalyticsBatch,
     Purge,
     project_analytics_event,
 )
-from memstream.projections.context_writes import project_context_event
-from memstream.projections.memory_writes import project_memory_event
+from memstream.projections.context_projector import project_context_event
+from memstream.projections.memory_projector import project_memory_event
 from memstream.projections.ports import (
     MAX_ATTEMPTS,
-    PROJECTOR_PROJECTIONS,
-    UNPARTITIONED,
     LogRecord,
     ProjectorStats,
     ReadModelRewound,
     StoreBusy,
     TextEncoder,
-    TrackingRows,
-    advance,
-    pending_for,
-    position_events,
     run_steps,
 )
-from memstream.projections.registry_writes import (
+from memstream.projections.registry import PROJECTOR_PROJECTIONS
+from memstream.projections.registry_projector import (
     Touches,
     TouchSession,
     project_registry_event,
 )
-from memstream.projections.session_writes import project_session_event
+from memstream.projections.session_projector import project_session_event
 from memstream.projections.sqlite.analytics import purge_analytics, write_analytics
 from memstream.projections.sqlite.checkpointer import Checkpointer
 from memstream.projections.sqlite.context_writer import apply_context_writes
@@ -58,7 +53,14 @@ from memstream.projections.sqlite.memory_writer import apply_memory_writes
 from memstream.projections.sqlite.registry_writer import apply_registry_writes, touch_sessions
 from memstream.projections.sqlite.session_writer import SessionRows, apply_session_writes
 from memstream.projections.sqlite.vector_writer import drop_vectors, store_vectors
-from memstream.projections.vector_writes import (
+from memstream.projections.tracking import (
+    UNPARTITIONED,
+    TrackingRows,
+    advance,
+    pending_for,
+    position_events,
+)
+from memstream.projections.vector_projector import (
     DropVectors,
     PreparedVectors,
     project_vector_event,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
-from memstream.projections.context_writes import (
+from memstream.projections.context_projector import (
     ClearSkills,
     ContextWrite,
     DropBlock,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from memstream.domain.errors import ProjectorRunningError
-from memstream.projections.ports import PROJECTIONS
+from memstream.projections.registry import PROJECTIONS
 
 
 def copy_id(connection: sqlite3.Connection) -> str:

@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from memstream.domain.errors import ReadModelDamagedError, UnavailableError
-from memstream.projections.ports import PARTITION_ROW, REBUILD_HINT, VERSIONS, projection_of
+from memstream.projections.ports import REBUILD_HINT
+from memstream.projections.registry import VERSIONS
 from memstream.projections.sqlite.damage import (
     FileIdentity,
     file_identity,
@@ -19,6 +20,7 @@ from memstream.projections.sqlite.damage import (
     move_aside,
     recovery_lock,
 )
+from memstream.projections.tracking import PARTITION_ROW, projection_of
 
 logger = logging.getLogger(__name__)
 
@@ -731,7 +733,7 @@ def tracked_seq(connection: sqlite3.Connection, projection: str) -> int:
 
 def tracked_partitions(connection: sqlite3.Connection, projection: str) -> dict[int, int]:
     """Each partition's position of ``projection`` (see
-    :class:`~memstream.projections.ports.TrackingRows`); empty when it is not partitioned."""
+    :class:`~memstream.projections.tracking.TrackingRows`); empty when it is not partitioned."""
     return _tracking_rows(connection, projection)[1]
 
 
@@ -839,7 +841,7 @@ def renew_changed_projections(
     connection: sqlite3.Connection, projections: Sequence[str]
 ) -> list[str]:
     """Empty each of ``projections`` whose rows were written by another version of it than
-    this code's (:data:`~memstream.projections.ports.VERSIONS`), so that it is projected again
+    this code's (:data:`~memstream.projections.registry.VERSIONS`), so that it is projected again
     from the log; returns their names. Projections without rows are left alone."""
     found: dict[str, int] = {}
     for row, version in tracked_versions(connection).items():

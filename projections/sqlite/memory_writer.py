@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
-from memstream.projections.memory_writes import (
+from memstream.projections.memory_projector import (
     AddMemories,
     AddMessages,
     AddSource,

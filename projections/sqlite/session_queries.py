@@ -9,7 +9,7 @@ from memstream.domain.messages import Message, decode_message, decode_messages
 from memstream.projections.overlays import Compaction, apply_overlays
 from memstream.projections.recent_history import RecentHistory
 from memstream.projections.search_query import to_fts5
-from memstream.projections.session_writes import indexed_text
+from memstream.projections.session_projector import indexed_text
 from memstream.projections.sqlite.message_rows import MID_BITS, mid_range
 from memstream.projections.sqlite.read_connection import Reads
 

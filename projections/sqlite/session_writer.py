@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from memstream.projections.session_writes import (
+from memstream.projections.session_projector import (
     ClearSession,
     DeleteMessages,
     ForgetPurged,

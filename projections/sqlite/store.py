@@ -21,9 +21,6 @@ from memstream.domain.errors import ReadModelDamagedError
 from memstream.domain.session import SessionAggregate
 from memstream.domain.session_registry import SessionRecord
 from memstream.projections.ports import (
-    PARTITIONABLE,
-    PROJECTIONS,
-    PROJECTOR_PROJECTIONS,
     Difference,
     LogRecord,
     OnDamage,
@@ -31,9 +28,9 @@ from memstream.projections.ports import (
     ReadModelStore,
     SnapshotSource,
     TextEncoder,
-    TrackingRows,
     run_steps,
 )
+from memstream.projections.registry import PARTITIONABLE, PROJECTIONS, PROJECTOR_PROJECTIONS
 from memstream.projections.sqlite.analytics import SqliteAnalyticsQueries
 from memstream.projections.sqlite.batches import (
     BatchMemo,
@@ -76,6 +73,7 @@ from memstream.projections.sqlite.registry_queries import (
 )
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 from memstream.projections.sqlite.session_snapshots import SqliteSessionSnapshots
+from memstream.projections.tracking import TrackingRows
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from memstream.projections.vector_writes import DropVectors, EmbedTexts
+from memstream.projections.vector_projector import DropVectors, EmbedTexts
 
 
 def store_vectors(

@@ -12,7 +12,7 @@ import pytest
 from support.events import RecordedLog
 from support.messages import msg
 
-from memstream.projections.context_writes import project_context_event
+from memstream.projections.context_projector import project_context_event
 from memstream.projections.ports import ContextQueries, RegistryQueries
 from memstream.projections.postgres.connection import connect
 from memstream.projections.postgres.context_queries import PgContextQueries
@@ -24,7 +24,7 @@ from memstream.projections.postgres.registry_writer import (
     apply_registry_writes as pg_apply_registry_writes,
 )
 from memstream.projections.postgres.schema import migrate
-from memstream.projections.registry_writes import project_registry_event
+from memstream.projections.registry_projector import project_registry_event
 from memstream.projections.sqlite.context_queries import SqliteContextQueries
 from memstream.projections.sqlite.context_writer import (
     apply_context_writes as sqlite_apply_context_writes,

@@ -16,7 +16,7 @@ from support.events import RecordedLog
 
 from memstream.domain.memory_input import check_ingest
 from memstream.domain.memory_profile import MemoryProfile
-from memstream.projections.memory_writes import project_memory_event
+from memstream.projections.memory_projector import project_memory_event
 from memstream.projections.ports import MemoryQueries
 from memstream.projections.postgres import memory_writer as pg_writer
 from memstream.projections.postgres.connection import connect
@@ -26,7 +26,7 @@ from memstream.projections.sqlite import memory_writer as sqlite_writer
 from memstream.projections.sqlite import vector_writer as sqlite_vectors
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.memory_queries import SqliteMemoryQueries
-from memstream.projections.vector_writes import DropVectors, EmbedTexts
+from memstream.projections.vector_projector import DropVectors, EmbedTexts
 from memstream.workers.log.event_log import LogEntry
 
 NS = "default"

@@ -19,8 +19,6 @@ from support.messages import ids, msg
 from memstream.domain.errors import InvalidInputError, ReadModelDamagedError
 from memstream.projections.ports import (
     MAX_ATTEMPTS,
-    PROJECTOR_PROJECTIONS,
-    VERSIONS,
     ProjectorStats,
     ReadModelCopy,
     ReadModelRewound,
@@ -29,6 +27,7 @@ from memstream.projections.ports import (
 )
 from memstream.projections.postgres.copy import PostgresCopy
 from memstream.projections.read_models import open_read_models, read_models_at
+from memstream.projections.registry import PROJECTOR_PROJECTIONS, VERSIONS
 from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
 from memstream.workers.log.event_log import LogEntry

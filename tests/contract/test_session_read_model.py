@@ -30,7 +30,7 @@ from memstream.projections.postgres.session_writer import PgSessionRows
 from memstream.projections.postgres.session_writer import (
     apply_session_writes as pg_apply_session_writes,
 )
-from memstream.projections.session_writes import InsertMessage, project_session_event
+from memstream.projections.session_projector import InsertMessage, project_session_event
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 from memstream.projections.sqlite.session_writer import SessionRows

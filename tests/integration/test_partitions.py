@@ -16,7 +16,7 @@ from support.postgres import create_database, drop_database, server_url
 
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import InvalidInputError, ProjectionLagError
-from memstream.projections.ports import PARTITIONABLE
+from memstream.projections.registry import PARTITIONABLE
 from memstream.settings import Settings
 from memstream.workers.admin.audit import EventQuery, read_events, session_trail
 from memstream.workers.admin.event_transfer import import_events

@@ -22,9 +22,9 @@ from support.processes import clean_env, start_worker, stop, wait_for_text
 
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import ProjectorRunningError, UnavailableError
-from memstream.projections.ports import PROJECTOR_PROJECTIONS
 from memstream.projections.postgres.copy import PostgresCopy
 from memstream.projections.postgres.locks import PostgresProjectorLock
+from memstream.projections.registry import PROJECTOR_PROJECTIONS
 from memstream.session_manager import SessionManager
 from memstream.settings import Settings
 from memstream.workers.admin.rebuild import verify

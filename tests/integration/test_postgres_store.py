@@ -16,21 +16,15 @@ from support.messages import ids, msg
 from support.postgres import create_database, drop_database
 
 from memstream.domain.errors import UnavailableError
-from memstream.projections.ports import (
-    MAX_ATTEMPTS,
-    PROJECTOR_PROJECTIONS,
-    VERSIONS,
-    ProjectorStats,
-    ReadModelRewound,
-    StoreBusy,
-    TrackingRows,
-)
+from memstream.projections.ports import MAX_ATTEMPTS, ProjectorStats, ReadModelRewound, StoreBusy
 from memstream.projections.postgres.connection import connect
 from memstream.projections.postgres.context_queries import PgContextQueries
 from memstream.projections.postgres.memory_queries import PgMemoryQueries
 from memstream.projections.postgres.registry_queries import PgRegistryQueries
 from memstream.projections.postgres.session_queries import PgSessionQueries
 from memstream.projections.postgres.store import PostgresReadModelStore
+from memstream.projections.registry import PROJECTOR_PROJECTIONS, VERSIONS
+from memstream.projections.tracking import TrackingRows
 
 pytestmark = pytest.mark.postgres
 NS = "default"

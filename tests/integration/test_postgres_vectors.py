@@ -29,8 +29,8 @@ from memstream.projections.postgres.vectors import (
     ensure_index,
     has_embeddings,
 )
+from memstream.projections.vector_projector import EmbedTexts
 from memstream.projections.vector_search import VectorIndex, stack
-from memstream.projections.vector_writes import EmbedTexts
 from memstream.settings import Settings
 from memstream.workers.recall_inputs import VectorCache
 from memstream.workers.runtime.nats_server import NatsServerProcess

@@ -16,7 +16,7 @@ from support.messages import msg
 
 from memstream.domain.errors import MemstreamError
 from memstream.domain.session import OMITTED, SessionAggregate
-from memstream.projections.session_writes import project_session_event
+from memstream.projections.session_projector import project_session_event
 from memstream.projections.sqlite import session_writer
 from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import open_database

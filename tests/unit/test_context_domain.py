@@ -24,7 +24,7 @@ from memstream.domain.context import (
 )
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.session import SessionAggregate
-from memstream.projections.context_writes import project_context_event
+from memstream.projections.context_projector import project_context_event
 from memstream.projections.sqlite.context_queries import SqliteContextQueries
 from memstream.projections.sqlite.context_writer import apply_context_writes
 from memstream.projections.sqlite.database import migrate

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.ports import TrackingRows, advance, projection_of
+from memstream.projections.tracking import TrackingRows, advance, projection_of
 from memstream.workers.log.subjects import (
     logical_subject,
     parse_subject,

@@ -16,7 +16,7 @@ from support.messages import msg
 
 from memstream.domain.session import SessionAggregate
 from memstream.projections.ports import ProjectorStats
-from memstream.projections.session_writes import project_session_event
+from memstream.projections.session_projector import project_session_event
 from memstream.projections.sqlite.batches import (
     BatchMemo,
     ContextProjection,

@@ -19,7 +19,7 @@ from support.damage import overwrite_middle
 
 from memstream.domain.errors import ReadModelDamagedError, UnavailableError
 from memstream.domain.session import SessionAggregate
-from memstream.projections.session_writes import project_session_event
+from memstream.projections.session_projector import project_session_event
 from memstream.projections.sqlite.damage import file_identity, is_damage, move_aside
 from memstream.projections.sqlite.database import (
     APPLICATION_ID,

@@ -22,7 +22,7 @@ from memstream.domain.errors import InvalidInputError, MessageNotFoundError
 from memstream.domain.messages import decode_message, searchable_text
 from memstream.domain.session import OMITTED, SessionAggregate
 from memstream.projections.recent_history import recent_window
-from memstream.projections.session_writes import (
+from memstream.projections.session_projector import (
     BATCH_SLOTS,
     InsertMessage,
     UpdateMessage,

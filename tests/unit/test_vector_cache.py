@@ -12,7 +12,7 @@ import numpy as np
 from memstream.projections.sqlite.database import open_database, set_tracked_seq
 from memstream.projections.sqlite.memory_queries import SqliteMemoryQueries
 from memstream.projections.sqlite.vector_writer import drop_vectors, store_vectors
-from memstream.projections.vector_writes import MEMORY, DropVectors, EmbedTexts
+from memstream.projections.vector_projector import MEMORY, DropVectors, EmbedTexts
 from memstream.workers.recall_inputs import VectorCache
 
 MODEL = "test-model"

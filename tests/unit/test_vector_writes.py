@@ -1,8 +1,8 @@
-"""What the indexer embeds of a memory (projections/vector_writes.py)."""
+"""What the indexer embeds of a memory (projections/vector_projector.py)."""
 
 from __future__ import annotations
 
-from memstream.projections.vector_writes import TEXT_MAX_CHARS, memory_text
+from memstream.projections.vector_projector import TEXT_MAX_CHARS, memory_text
 
 QUERIES = ["Where does Ada live?", "Where did Ada move to?"]
 

@@ -12,18 +12,20 @@ from nats.js import api
 
 from memstream.domain.errors import ReadModelAheadError, ReadModelDamagedError, UnavailableError
 from memstream.projections.ports import (
-    MODEL_FREE_PROJECTIONS,
-    PARTITIONABLE,
-    PROJECTIONS,
-    PROJECTOR_PROJECTIONS,
     Difference,
     ProjectorStats,
     ReadModelCopy,
     ReadModelStore,
     TextEncoder,
-    TrackingRows,
+)
+from memstream.projections.registry import (
+    MODEL_FREE_PROJECTIONS,
+    PARTITIONABLE,
+    PROJECTIONS,
+    PROJECTOR_PROJECTIONS,
     select_projections,
 )
+from memstream.projections.tracking import TrackingRows
 from memstream.workers.dead_letters import forget_erased_dead_letters
 from memstream.workers.log.event_log import TRANSIENT_ERRORS, EventLog, LogEntry
 from memstream.workers.log.log_position import check_copy
@@ -223,7 +225,7 @@ async def _live_reaches(
 ) -> None:
     """Wait (at most ``wait`` seconds) until each projection of ``live`` reached its sequence
     in ``reach``; a projection projected by partition (see
-    :class:`~memstream.projections.ports.TrackingRows`) when each partition reached its last
+    :class:`~memstream.projections.tracking.TrackingRows`) when each partition reached its last
     event up to there.
 
     Raises:

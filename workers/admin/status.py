@@ -11,7 +11,8 @@ import nats.errors
 import nats.js.errors
 
 from memstream.domain.errors import InvalidInputError, NotFoundError, UnavailableError
-from memstream.projections.ports import INDEXER_PROJECTIONS, PROJECTIONS, ReadModels
+from memstream.projections.ports import ReadModels
+from memstream.projections.registry import INDEXER_PROJECTIONS, PROJECTIONS
 from memstream.workers.leases import lease_bucket
 from memstream.workers.log.durability import ServerSync, StreamCopy, missing_events
 from memstream.workers.log.event_log import EventLog

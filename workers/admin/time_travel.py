@@ -26,13 +26,9 @@ import nats.js.errors
 from nats.js import api
 
 from memstream.domain.errors import InvalidInputError, ReadModelDamagedError, UnavailableError
-from memstream.projections.ports import (
-    MODEL_FREE_PROJECTIONS,
-    ReadModelCopy,
-    ReadModels,
-    select_projections,
-)
+from memstream.projections.ports import ReadModelCopy, ReadModels
 from memstream.projections.read_models import DATABASE_FILE, read_models_at
+from memstream.projections.registry import MODEL_FREE_PROJECTIONS, select_projections
 from memstream.workers.admin.rebuild import Progress, catch_up
 from memstream.workers.log.event_log import EventLog
 from memstream.workers.log.subjects import encode_token

@@ -30,7 +30,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from memstream.domain.errors import InvalidInputError
-from memstream.projections.ports import BATCH_BUCKETS, INDEXER_PROJECTIONS
+from memstream.projections.ports import BATCH_BUCKETS
+from memstream.projections.registry import INDEXER_PROJECTIONS
 from memstream.workers.observability.metrics_hooks import hooks
 
 if TYPE_CHECKING:
