@@ -1,4 +1,5 @@
-"""Applies session-registry writes to PostgreSQL (one row per registered session)."""
+"""Applies session-registry writes to PostgreSQL (one row per registered session): the shared
+statements (:mod:`memstream.projections.sql.registry`) and PostgreSQL's bulk touch."""
 
 from __future__ import annotations
 
@@ -7,70 +8,16 @@ from typing import Any
 
 import psycopg
 
-from memstream.projections.registry_projector import (
-    ChangeSession,
-    ForgetSession,
-    RegisterSession,
-    RegistryWrite,
-    TouchSession,
-)
+from memstream.projections.registry_projector import RegistryWrite
+from memstream.projections.sql import registry
+from memstream.projections.sql.dialect import POSTGRES
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
 
 def apply_registry_writes(connection: Connection, writes: Iterable[RegistryWrite]) -> None:
     """Apply writes inside the caller's transaction."""
-    for write in writes:
-        if isinstance(write, ChangeSession):
-            usage = write.usage or (0, 0, 0.0)
-            connection.execute(
-                "UPDATE session_registry SET name = coalesce(%s, name), "
-                "end_reason = coalesce(%s, end_reason), input_tokens = input_tokens + %s, "
-                "output_tokens = output_tokens + %s, cost = cost + %s, updated_at = %s, "
-                "updated_seq = %s, record_seq = %s, record_version = %s "
-                "WHERE namespace = %s AND session_id = %s",
-                (
-                    write.name,
-                    write.end_reason,
-                    *usage,
-                    write.at,
-                    write.seq,
-                    write.seq,
-                    write.version,
-                    write.namespace,
-                    write.session_id,
-                ),
-            )
-        elif isinstance(write, RegisterSession):
-            connection.execute(
-                "INSERT INTO session_registry (namespace, session_id, name, model, source, "
-                "parent_session_id, forked_from_message_id, created_at, updated_at, updated_seq, "
-                "record_seq, record_version) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (
-                    write.namespace,
-                    write.session_id,
-                    write.name,
-                    write.model,
-                    write.source,
-                    write.parent_session_id,
-                    write.forked_from_message_id,
-                    write.at,
-                    write.at,
-                    write.seq,
-                    write.seq,
-                    write.version,
-                ),
-            )
-        elif isinstance(write, TouchSession):
-            touch_sessions(
-                connection, [(write.namespace, write.session_id, write.at.isoformat(), write.seq)]
-            )
-        elif isinstance(write, ForgetSession):
-            connection.execute(
-                "DELETE FROM session_registry WHERE namespace = %s AND session_id = %s",
-                (write.namespace, write.session_id),
-            )
+    registry.apply_registry_writes(connection, POSTGRES, writes, touch_sessions)
 
 
 def touch_sessions(

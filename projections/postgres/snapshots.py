@@ -12,14 +12,14 @@ from collections.abc import Sequence
 from memstream.domain.context import NO_ENTRIES
 from memstream.domain.message_index import NO_MESSAGES, Probe, StoredMessagesMoved
 from memstream.projections.postgres.reads import PgReading, PgReads
-from memstream.projections.registry_rows import record_state
 from memstream.projections.snapshots import (
     DocumentSnapshot,
     LookupWindow,
-    RecordSnapshot,
     SearchSnapshot,
     SessionSnapshot,
 )
+from memstream.projections.sql.dialect import POSTGRES
+from memstream.projections.sql.registry import SqlRecordSnapshots
 
 _PROBE = (
     "SELECT m.parent_id, m.position, coalesce(m.child_count, "
@@ -209,27 +209,8 @@ class PgSearchSnapshots:
         return SearchSnapshot(self.namespace, key, int(row[1]), int(row[2]), entries)
 
 
-class PgRecordSnapshots:
+class PgRecordSnapshots(SqlRecordSnapshots):
     """Snapshots of a namespace's registry records (keyed by session id)."""
 
     def __init__(self, reads: PgReads, namespace: str) -> None:
-        self.reads = reads
-        self.namespace = namespace
-
-    def reading(self) -> PgReading:
-        return PgReading(self.reads)
-
-    def guard(self, low: int, high: int) -> None:
-        pass  # records make no lookups after they are restored
-
-    def snapshot(self, session_id: str) -> RecordSnapshot:
-        row = self.reads.execute(
-            "SELECT record_seq, record_version, name, model, source, parent_session_id, "
-            "input_tokens, output_tokens, cost, end_reason FROM session_registry "
-            "WHERE namespace = %s AND session_id = %s",
-            (self.namespace, session_id),
-        ).fetchone()
-        if row is None:
-            return RecordSnapshot(self.namespace, session_id, 0, 0, {})
-        state = record_state(row[2:])
-        return RecordSnapshot(self.namespace, session_id, int(row[0]), int(row[1]), state)
+        super().__init__(reads, namespace, POSTGRES, lambda: PgReading(reads))
