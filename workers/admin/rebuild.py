@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
@@ -33,6 +34,9 @@ from memstream.workers.projector import consumed_subjects, projector_consumer
 from memstream.workers.pull import Puller, stream_sequence
 
 Progress = Callable[[int, int], None]
+# How long a read of the log waits before it asks again, while a failover leaves the stream or
+# its reading consumer without a leader.
+REREAD_PAUSE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,28 +75,28 @@ async def catch_up(
     start = min(store.positions().values()) + 1
     if start > until:
         return start - 1
-    config = api.ConsumerConfig(
-        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
-        opt_start_seq=start,
-        ack_policy=api.AckPolicy.NONE,
-        filter_subject=f"{log.subject_prefix}.>",
-        inactive_threshold=60.0,
-        mem_storage=True,
-    )
-    try:
-        puller, _ = await Puller.create(log.client, log.stream, config)
-    except TRANSIENT_ERRORS as error:  # e.g. a cluster electing a new leader
-        raise UnavailableError(
-            f"cannot read stream {log.stream!r} from sequence {start}: {error!r}"
-        ) from error
+    puller = await _reader(log, start, time.monotonic() + log.timeout)
     stats = ProjectorStats()
     reached = start - 1
+    # A failover may leave the reading consumer without a leader for a moment (503s): read on
+    # from a new one, for as long as a read may take, before the log counts as unavailable.
+    give_up_at = time.monotonic() + log.timeout
     try:
         while reached < until:
             try:
                 msgs = await puller.fetch(batch, log.timeout)
             except TimeoutError as error:
                 raise UnavailableError(f"log stopped at {reached} before {until}") from error
+            except TRANSIENT_ERRORS as error:
+                if time.monotonic() >= give_up_at:
+                    raise UnavailableError(
+                        f"cannot read stream {log.stream!r} from sequence {reached + 1}: {error!r}"
+                    ) from error
+                await puller.close()
+                await asyncio.sleep(REREAD_PAUSE)
+                puller = await _reader(log, reached + 1, give_up_at)
+                continue
+            give_up_at = time.monotonic() + log.timeout
             delivered = [(stream_sequence(m), m) for m in msgs]
             entries = [
                 LogEntry(seq, m.subject, m.data, dict(m.headers or {}))
@@ -108,6 +112,33 @@ async def catch_up(
     finally:
         await puller.close()
     return min(reached, until)
+
+
+async def _reader(log: EventLog, start: int, give_up_at: float | None = None) -> Puller:
+    """An ephemeral consumer of the whole stream from ``start`` (made again while the stream
+    has no leader, until ``give_up_at``).
+
+    Raises:
+        UnavailableError: it could not be made.
+    """
+    config = api.ConsumerConfig(
+        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=start,
+        ack_policy=api.AckPolicy.NONE,
+        filter_subject=f"{log.subject_prefix}.>",
+        inactive_threshold=60.0,
+        mem_storage=True,
+    )
+    while True:
+        try:
+            puller, _ = await Puller.create(log.client, log.stream, config)
+            return puller
+        except TRANSIENT_ERRORS as error:  # e.g. a cluster electing a new leader
+            if give_up_at is None or time.monotonic() >= give_up_at:
+                raise UnavailableError(
+                    f"cannot read stream {log.stream!r} from sequence {start}: {error!r}"
+                ) from error
+            await asyncio.sleep(REREAD_PAUSE)
 
 
 def repair(copy: ReadModelCopy) -> str | None:
