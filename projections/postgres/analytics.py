@@ -8,8 +8,9 @@ from typing import Any
 import psycopg
 
 from memstream.projections.analytics_projector import CountRow, Purge, SessionRow, UnitRow
-from memstream.projections.analytics_rows import daily_rows
 from memstream.projections.postgres.reads import Executes
+from memstream.projections.sql.analytics import SqlAnalyticsQueries
+from memstream.projections.sql.dialect import POSTGRES
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -110,26 +111,8 @@ def purge_analytics(connection: Connection, purge: Purge) -> None:
     )
 
 
-class PgAnalyticsQueries:
+class PgAnalyticsQueries(SqlAnalyticsQueries):
     """Daily volumes per namespace, model and source."""
 
     def __init__(self, connection: Executes) -> None:
-        self.connection = connection
-
-    def daily(
-        self, namespace: str | None, since: str | None = None, until: str | None = None
-    ) -> list[dict[str, Any]]:
-        params = (namespace, namespace, since or "", until or "9999-12-31")
-        counters = self.connection.execute(
-            "SELECT namespace, day, model, source, metric, sum(value) FROM analytics_daily "
-            "WHERE (%s::text IS NULL OR namespace = %s) AND day >= %s AND day <= %s "
-            "GROUP BY namespace, day, model, source, metric",
-            params,
-        ).fetchall()
-        sessions = self.connection.execute(
-            "SELECT namespace, first_day, model, source, count(*) FROM analytics_sessions "
-            "WHERE (%s::text IS NULL OR namespace = %s) AND first_day >= %s "
-            "AND first_day <= %s GROUP BY namespace, first_day, model, source",
-            params,
-        ).fetchall()
-        return daily_rows(counters, sessions)
+        super().__init__(connection, POSTGRES)

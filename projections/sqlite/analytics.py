@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any
 
 from memstream.projections.analytics_projector import CountRow, Purge, SessionRow, UnitRow
-from memstream.projections.analytics_rows import daily_rows
+from memstream.projections.sql.analytics import SqlAnalyticsQueries
+from memstream.projections.sql.dialect import SQLITE
 from memstream.projections.sqlite.read_connection import Reads
 
 # A count for a session is for its model and source as the sessions table holds them (written
@@ -92,26 +92,8 @@ def purge_analytics(connection: sqlite3.Connection, purge: Purge) -> None:
         )
 
 
-class SqliteAnalyticsQueries:
+class SqliteAnalyticsQueries(SqlAnalyticsQueries):
     """Daily volumes per namespace, model and source."""
 
     def __init__(self, connection: Reads) -> None:
-        self.connection = connection
-
-    def daily(
-        self, namespace: str | None, since: str | None = None, until: str | None = None
-    ) -> list[dict[str, Any]]:
-        where = "(?1 IS NULL OR namespace = ?1) AND day >= ?2 AND day <= ?3"
-        params = (namespace, since or "", until or "9999-12-31")
-        counters = self.connection.execute(
-            f"SELECT namespace, day, model, source, metric, sum(value) FROM analytics_daily "
-            f"WHERE {where} GROUP BY namespace, day, model, source, metric",
-            params,
-        ).fetchall()
-        sessions = self.connection.execute(
-            "SELECT namespace, first_day, model, source, count(*) FROM analytics_sessions "
-            f"WHERE {where.replace('day', 'first_day')} "
-            "GROUP BY namespace, first_day, model, source",
-            params,
-        ).fetchall()
-        return daily_rows(counters, sessions)
+        super().__init__(connection, SQLITE)
