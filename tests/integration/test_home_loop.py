@@ -1,6 +1,6 @@
 """A client usable from any thread and any event loop (issue 36, item 2): a call made on a loop
 other than the client's own runs on the client's loop and is awaited without blocking either;
-a client whose loop is blocked fails fast, before anything is stored; pops are atomic."""
+a client whose loop is blocked fails fast, before anything is stored."""
 
 from __future__ import annotations
 
@@ -146,27 +146,6 @@ def test_subscribe_from_another_loop(homed: tuple[Memstream, LoopThread]) -> Non
     asyncio.run(session.append_message(_message("a")))
     asyncio.run(session.append_message(_message("b")))
     assert asyncio.run(follow()) == ["MessageAppended", "MessageAppended"]
-
-
-async def test_concurrent_pops_each_take_a_different_message(ms: Memstream) -> None:
-    agents = pytest.importorskip("agents", reason="the openai-agents extra (memstream[agents])")
-    from memstream.client import open_memstream
-    from memstream.integrations.openai_agents import MemstreamSession
-
-    del agents
-    ours = MemstreamSession("pops", ms)
-    await ours.add_items([{"role": "user", "content": f"m{i}"} for i in range(6)])
-    # A second client (its own aggregate cache, as another process has) pops too.
-    other_client = await open_memstream(ms.settings, workers=False)
-    try:
-        theirs = MemstreamSession("pops", other_client)
-        popped = await asyncio.gather(*(s.pop_item() for s in [ours, theirs] * 5))
-    finally:
-        await other_client.close()
-    contents = [item["content"] for item in popped if item is not None]
-    assert sorted(contents) == [f"m{i}" for i in range(6)]  # each exactly once
-    assert popped.count(None) == 4
-    assert await ours.get_items() == []
 
 
 def test_tools_execute_from_another_loop(homed: tuple[Memstream, LoopThread]) -> None:

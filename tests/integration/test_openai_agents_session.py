@@ -4,10 +4,16 @@ doing the same operations."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import json
+import sys
+from asyncio.subprocess import PIPE
+from pathlib import Path
 from typing import Any
 
 import pytest
+from support.processes import clean_env
 
 agents = pytest.importorskip("agents", reason="the openai-agents extra (memstream[agents])")
 
@@ -22,7 +28,7 @@ from openai.types.responses import (  # noqa: E402
 )
 from openai.types.responses.response_input_item_param import FunctionCallOutput  # noqa: E402
 
-from memstream.client import Memstream  # noqa: E402
+from memstream.client import Memstream, open_memstream  # noqa: E402
 from memstream.domain.errors import InvalidInputError  # noqa: E402
 from memstream.integrations.openai_agents import MemstreamSession  # noqa: E402
 
@@ -173,3 +179,75 @@ def test_a_sync_client_serves_the_session_from_any_loop(settings: Any) -> None:
         assert asyncio.run(turn("a")) == [{"role": "user", "content": "a"}]
         assert asyncio.run(turn("b"))[-1] == {"role": "user", "content": "b"}
         assert asyncio.run(ours.pop_item()) == {"role": "user", "content": "b"}
+
+
+async def test_concurrent_pops_each_take_a_different_message(ms: Memstream) -> None:
+    ours = MemstreamSession("pops", ms)
+    await ours.add_items([{"role": "user", "content": f"m{i}"} for i in range(6)])
+    # A second client (its own aggregate cache, as another process has) pops too.
+    other_client = await open_memstream(ms.settings, workers=False)
+    try:
+        theirs = MemstreamSession("pops", other_client)
+        popped = await asyncio.gather(*(s.pop_item() for s in [ours, theirs] * 5))
+    finally:
+        await other_client.close()
+    contents = [item["content"] for item in popped if item is not None]
+    assert sorted(contents) == [f"m{i}" for i in range(6)]  # each exactly once
+    assert popped.count(None) == 4
+    assert await ours.get_items() == []
+
+
+# Another process: once told to on stdin, pops COUNT items of SESSION concurrently and prints
+# their contents as JSON.
+_POPPER = """
+import asyncio, json, sys
+import memstream
+from memstream.integrations.openai_agents import MemstreamSession
+
+async def main():
+    async with memstream.connect(workers=False) as ms:
+        session = MemstreamSession(sys.argv[1], ms)
+        await session.get_items()  # connected and read: then wait for the signal to pop
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        popped = await asyncio.gather(*(session.pop_item() for _ in range(int(sys.argv[2]))))
+        print(json.dumps([None if p is None else p["content"] for p in popped]))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.sqlite_only  # the other process reads this data dir's read models
+async def test_pops_from_two_processes_take_each_item_once(ms: Memstream, tmp_path: Path) -> None:
+    ours = MemstreamSession("pops-apart", ms)
+    await ours.add_items([{"role": "user", "content": f"m{i}"} for i in range(12)])
+    script = tmp_path / "popper.py"
+    script.write_text(_POPPER, encoding="utf-8")
+    env = clean_env(
+        MEMSTREAM_DATA_DIR=str(ms.settings.data_dir),
+        MEMSTREAM_NATS_URL=str(ms.settings.nats_url),
+        MEMSTREAM_STREAM=ms.settings.stream,
+    )
+    other = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(script),
+        "pops-apart",
+        "8",
+        env=env,
+        stdin=PIPE,
+        stdout=PIPE,
+        stderr=PIPE,
+    )
+    assert other.stdin is not None
+    assert other.stdout is not None
+    assert await asyncio.wait_for(other.stdout.readline(), 120) == b"ready\n"
+    other.stdin.write(b"go\n")  # both processes pop at once
+    await other.stdin.drain()
+    mine = await asyncio.gather(*(ours.pop_item() for _ in range(8)))
+    out, err = await asyncio.wait_for(other.communicate(), 120)
+    assert other.returncode == 0, err.decode()[-3000:]
+    theirs = json.loads(out.decode().strip().splitlines()[-1])
+    contents = [item["content"] for item in mine if item is not None]
+    contents += [content for content in theirs if content is not None]
+    assert sorted(contents) == sorted(f"m{i}" for i in range(12))  # each exactly once
+    assert await ours.get_items() == []
