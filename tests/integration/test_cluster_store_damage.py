@@ -257,6 +257,23 @@ async def _copies(cluster: dict[str, Node], stream: str) -> dict[str, dict[str, 
     return {name: await asyncio.to_thread(node.copy_of, stream) for name, node in cluster.items()}
 
 
+async def _settled_copies(
+    cluster: dict[str, Node], stream: str, healthy: dict[str, int]
+) -> dict[str, dict[str, int]]:
+    """Each server's copy of ``stream`` once all are ``healthy``, or as they are when
+    SETTLE_TIMEOUT has passed: a follower the leader counts as current may not have stored the
+    last writes yet, so its copy is read again until it has."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while True:
+        try:
+            copies = await _copies(cluster, stream)
+        except AssertionError as missing:  # a restarted server has no copy yet
+            copies = {"missing": {"error": str(missing)[:200]}}  # type: ignore[dict-item]
+        if copies == dict.fromkeys(cluster, healthy) or time.monotonic() >= deadline:
+            return copies
+        await asyncio.sleep(0.2)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "stop",
@@ -322,6 +339,7 @@ async def test_a_follower_with_damaged_stream_files_rejoins_with_every_acknowled
         # And the damaged server's copy of the stream is the others' again
         total = sum(len(ids) for ids in acknowledged.values())
         healthy = {"messages": total, "first_seq": 1, "last_seq": total, "num_deleted": 0}
+        copies = await _settled_copies(cluster, stream, healthy)
         assert copies == dict.fromkeys(cluster, healthy)
         # And every acknowledged write is in the read model of the client's projector
         for session_id in SESSIONS:
@@ -396,17 +414,9 @@ async def test_a_follower_serving_a_damaged_copy_is_named_by_doctor_and_mended_b
         folder.rename(folder.with_name(f"{stream}.damaged"))
         victim.start()
         # Then the stream is copied anew and every server's copy holds every write again
-        deadline = time.monotonic() + SETTLE_TIMEOUT
         healthy = {"messages": total, "first_seq": 1, "last_seq": total, "num_deleted": 0}
-        while True:
-            try:
-                copies = await _copies(cluster, stream)
-            except AssertionError as missing:  # the restarted server has no copy yet
-                copies = {"missing": {"error": str(missing)[:200]}}  # type: ignore[dict-item]
-            if copies == dict.fromkeys(cluster, healthy):
-                break
-            assert time.monotonic() < deadline, copies
-            await asyncio.sleep(0.2)
+        copies = await _settled_copies(cluster, stream, healthy)
+        assert copies == dict.fromkeys(cluster, healthy)
         assert await _logged(ms) == acknowledged
         # and doctor finds nothing wrong with the replicas any more
         after = await asyncio.to_thread(memstream_cli, env, "doctor", "--json", expect=1)
