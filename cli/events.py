@@ -206,11 +206,11 @@ def export(
         "since": parse_time("--since", since),
         "until": parse_time("--until", until),
     }
-    event_query("ms", **criteria)  # bad filters fail before connecting
+    event_query(settings.subject_prefix, **criteria)  # bad filters fail before connecting
 
     async def main(file: IO[str]) -> int:
         async with connected(settings, workers=False) as ms:
-            query = event_query(ms.log.subject_prefix, **criteria)
+            query = event_query(ms.core.log.subject_prefix, **criteria)
             return await admin.export_events(ms, query, file)
 
     if output is None or is_stdio(output):

@@ -118,6 +118,21 @@ def check_stream_name(value: object) -> str:
     return name
 
 
+SUBJECT_PREFIX_MAX_CHARS: Final = 32
+_SUBJECT_PREFIX_RE: Final = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def check_subject_prefix(value: object) -> str:
+    """Validate the first token of every subject memstream writes (``MEMSTREAM_SUBJECT_PREFIX``):
+    1–32 characters of ``[A-Za-z0-9_-]``, so that it is one NATS subject token."""
+    prefix = check_chars("subject_prefix", value, minimum=1, maximum=SUBJECT_PREFIX_MAX_CHARS)
+    if not _SUBJECT_PREFIX_RE.fullmatch(prefix):
+        raise InvalidInputError(
+            f"subject_prefix {prefix!r} may contain only [A-Za-z0-9_-] (one NATS subject token)"
+        )
+    return prefix
+
+
 def check_namespace(value: object) -> str:
     """Validate a namespace name: 1–32 characters of ``[a-z0-9_-]``."""
     name = check_chars("namespace", value, minimum=1, maximum=NAMESPACE_MAX_CHARS)

@@ -118,6 +118,7 @@ def run_worker(
         config = WorkerConfig(
             nats_url=url,
             stream=settings.stream,
+            subject_prefix=settings.subject_prefix,
             stream_replicas=settings.stream_replicas,
             stream_partitions=settings.stream_partitions,
             database=(

@@ -18,6 +18,7 @@ from memstream.domain.limits import (
     check_int,
     check_namespace,
     check_stream_name,
+    check_subject_prefix,
 )
 from memstream.domain.redaction import MASK, redact_url
 from memstream.workers.log.durability import check_monitor_url
@@ -43,6 +44,9 @@ class Settings:
     nats_token: str | None = None
     database_url: str | None = None
     stream: str = "MEMSTREAM"
+    # The first token of every subject memstream writes (``<prefix>.<namespace>.<kind>.<id>``):
+    # deployments that share one NATS account keep apart by stream and prefix.
+    subject_prefix: str = "ms"
     stream_replicas: int = 1  # servers holding the stream, when memstream creates or scales it
     # Partitions of a stream memstream creates (0: none); an existing stream keeps its own.
     stream_partitions: int = 0
@@ -74,6 +78,7 @@ class Settings:
             "nats_token": env.get("MEMSTREAM_NATS_TOKEN") or None,
             "database_url": env.get("MEMSTREAM_DATABASE_URL") or None,
             "stream": env.get("MEMSTREAM_STREAM", "MEMSTREAM"),
+            "subject_prefix": env.get("MEMSTREAM_SUBJECT_PREFIX") or "ms",
             "stream_replicas": _replicas(env.get("MEMSTREAM_STREAM_REPLICAS") or "1"),
             "stream_partitions": _count(
                 _PARTITIONS_NAME, env.get("MEMSTREAM_STREAM_PARTITIONS") or "0"
@@ -93,6 +98,7 @@ class Settings:
         settings = cls(**values)
         check_namespace(settings.namespace)
         check_stream_name(settings.stream)
+        check_subject_prefix(settings.subject_prefix)
         check_int(_REPLICAS_NAME, settings.stream_replicas, minimum=1, maximum=STREAM_REPLICAS_MAX)
         check_int(_PARTITIONS_NAME, settings.stream_partitions, minimum=0, maximum=MAX_PARTITIONS)
         if settings.actor is not None:

@@ -78,6 +78,7 @@ class ProjectorService:
         log = EventLog(
             client,
             self.config.stream,
+            self.config.subject_prefix,
             replicas=self.config.stream_replicas,
             partitions=self.config.stream_partitions,
         )
@@ -163,6 +164,7 @@ class ExtractorService:
         log = EventLog(
             client,
             self.config.stream,
+            self.config.subject_prefix,
             replicas=self.config.stream_replicas,
             partitions=self.config.stream_partitions,
         )

@@ -42,6 +42,7 @@ class WorkerConfig:
     database_url: str | None = None  # where the read models live instead of ``database``
     projections: tuple[str, ...] = PROJECTOR_PROJECTIONS  # the registry's names a projector runs
     embedding_model: str | None = None  # the indexer's (None: the bundled all-MiniLM-L6-v2)
+    subject_prefix: str = "ms"  # the first token of the stream's subjects (``<prefix>.>``)
     stream_replicas: int = 1  # servers holding the stream if this worker creates it
     stream_partitions: int = 0  # its partitions, if this worker creates it
     # A projector that shares the stream's partitions with the copy's other projectors (leases).
@@ -89,6 +90,7 @@ async def run_worker(
         log = EventLog(
             client,
             config.stream,
+            config.subject_prefix,
             replicas=config.stream_replicas,
             partitions=config.stream_partitions,
         )
