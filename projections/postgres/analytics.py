@@ -8,9 +8,6 @@ from typing import Any
 import psycopg
 
 from memstream.projections.analytics_projector import CountRow, Purge, SessionRow, UnitRow
-from memstream.projections.postgres.reads import Executes
-from memstream.projections.sql.analytics import SqlAnalyticsQueries
-from memstream.projections.sql.dialect import POSTGRES
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -109,10 +106,3 @@ def purge_analytics(connection: Connection, purge: Purge) -> None:
         "DELETE FROM analytics_sessions WHERE namespace = %s AND session_id = ANY(%s)",
         (namespace, sessions),
     )
-
-
-class PgAnalyticsQueries(SqlAnalyticsQueries):
-    """Daily volumes per namespace, model and source."""
-
-    def __init__(self, connection: Executes) -> None:
-        super().__init__(connection, POSTGRES)

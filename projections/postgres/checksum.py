@@ -1,23 +1,22 @@
 """Checksums of PostgreSQL read models over their logical content (independent of row ids),
-and the first row where two builds differ: what ``projections verify`` compares."""
+and the first row where two builds differ (:mod:`memstream.projections.sql.checksum`): the
+parts they read."""
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import json
 from typing import Any
 
 import psycopg
 
 from memstream.projections.ports import Difference
+from memstream.projections.sql.checksum import Parts, difference, digest
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 _C = 'COLLATE "C"'
 
 # Each projection's content as named parts, each one query in a canonical (byte) order. Search
 # vectors are part of the content (as text: lexemes, positions, weights).
-_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
+_PARTS: dict[str, Parts] = {
     "sessions": (
         (
             "messages",
@@ -157,25 +156,16 @@ _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
 
 def checksum(connection: Connection, projection: str) -> str:
     """SHA-256 over every row of ``projection``'s tables in a canonical order (one snapshot)."""
-    digest = hashlib.sha256()
     with connection.transaction():
         connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        for _, query in _PARTS[projection]:
-            for row in connection.execute(query):
-                digest.update(json.dumps(row, ensure_ascii=False).encode("utf-8"))
-                digest.update(b"\n")
-            digest.update(b"\x00")
-    return digest.hexdigest()
+        return digest(_PARTS[projection], connection.execute)
 
 
 def first_difference(live: Connection, rebuilt: Connection, projection: str) -> Difference | None:
     """The first row where two builds of ``projection`` differ, in checksum order (``None``
     when they hold the same content)."""
-    for part, query in _PARTS[projection]:
-        pairs = itertools.zip_longest(
-            live.execute(query).fetchall(), rebuilt.execute(query).fetchall()
-        )
-        for live_row, rebuilt_row in pairs:
-            if live_row != rebuilt_row:
-                return Difference(part, live_row, rebuilt_row)
-    return None
+    return difference(
+        _PARTS[projection],
+        lambda query: live.execute(query).fetchall(),
+        lambda query: rebuilt.execute(query).fetchall(),
+    )

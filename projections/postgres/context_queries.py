@@ -1,75 +1,23 @@
-"""Context reads from the PostgreSQL read model: blocks, cached prompts, loaded skills, entries."""
+"""Context reads from the PostgreSQL read model: the shared ones
+(:mod:`memstream.projections.sql.context_queries`), and search entries by ``ts_rank_cd``."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from psycopg import sql
 
 from memstream.projections.postgres.reads import Executes
 from memstream.projections.postgres.session_queries import tsquery
+from memstream.projections.sql.context_queries import SqlContextQueries
+from memstream.projections.sql.dialect import POSTGRES
 
 Connection = Executes
 
 
-class PgContextQueries:
+class PgContextQueries(SqlContextQueries):
     """Read side of the context projection on PostgreSQL."""
 
     def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-
-    def block_content(self, namespace: str, label: str, session_id: str) -> str | None:
-        """A built-in block's content (``session_id`` ``""``: no session), or ``None``."""
-        row = self.connection.execute(
-            "SELECT content FROM context_blocks WHERE namespace = %s AND session_id = %s "
-            "AND label = %s",
-            (namespace, session_id, label),
-        ).fetchone()
-        return None if row is None else str(row[0])
-
-    def blocks(self, namespace: str, session_id: str | None = None) -> list[dict[str, Any]]:
-        """Built-in blocks ``{key, label, session_id, content, seq, updated_at}`` by session and
-        label; with ``session_id``, only that session's (``""``: the blocks without one)."""
-        query = (
-            "SELECT key, label, session_id, content, seq, updated_at FROM context_blocks "
-            "WHERE namespace = %s"
-        )
-        params: list[Any] = [namespace]
-        if session_id is not None:
-            query += " AND session_id = %s"
-            params.append(session_id)
-        cursor = self.connection.execute(
-            query + ' ORDER BY session_id COLLATE "C", label COLLATE "C"', params
-        )
-        names = [c.name for c in cursor.description or ()]
-        blocks = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-        for block in blocks:
-            block["content"] = block["content"]
-        return blocks
-
-    def cached_prompt(self, namespace: str, session_id: str) -> str | None:
-        row = self.connection.execute(
-            "SELECT prompt FROM cached_prompts WHERE namespace = %s AND session_id = %s",
-            (namespace, session_id),
-        ).fetchone()
-        return None if row is None else str(row[0])
-
-    def loaded_skills(self, namespace: str, session_id: str) -> list[str]:
-        """``"label:key"`` of the skills loaded in a session, in load order."""
-        rows = self.connection.execute(
-            "SELECT label, key FROM loaded_skills WHERE namespace = %s AND session_id = %s "
-            "ORDER BY seq",
-            (namespace, session_id),
-        ).fetchall()
-        return [f"{label}:{key}" for label, key in rows]
-
-    def entry_count(self, namespace: str, block_key: str) -> int:
-        row = self.connection.execute(
-            "SELECT count(*) FROM search_entries AS e JOIN search_blocks AS b ON b.bid = e.bid "
-            "WHERE b.namespace = %s AND b.key = %s",
-            (namespace, block_key),
-        ).fetchone()
-        return 0 if row is None else int(row[0])
+        super().__init__(connection, POSTGRES)
 
     def search_entries(
         self, namespace: str, block_key: str, query: str, limit: int

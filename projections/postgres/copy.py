@@ -17,11 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from memstream.domain.context import ContextDocument, SearchIndex
-from memstream.domain.session import SessionAggregate
-from memstream.domain.session_registry import SessionRecord
-from memstream.projections.ports import OnDamage, ReadModelStore, SnapshotSource, TextEncoder
-from memstream.projections.postgres.analytics import PgAnalyticsQueries
+from memstream.projections.ports import OnDamage, ReadModelStore, TextEncoder
 from memstream.projections.postgres.connection import connect, describe, unavailable
 from memstream.projections.postgres.context_queries import PgContextQueries
 from memstream.projections.postgres.locks import PostgresProjectorLock
@@ -30,26 +26,26 @@ from memstream.projections.postgres.reads import PgReads
 from memstream.projections.postgres.registry_queries import PgRegistryQueries
 from memstream.projections.postgres.schema import copy_id, migrate, schema_version, tracked_marks
 from memstream.projections.postgres.session_queries import PgSessionQueries
-from memstream.projections.postgres.snapshots import (
-    PgDocumentSnapshots,
-    PgRecordSnapshots,
-    PgSearchSnapshots,
-    PgSessionSnapshots,
-)
 from memstream.projections.postgres.store import (
     REPLACED_CHECK_SECONDS,
     PostgresReadModelStore,
     ScratchStore,
 )
 from memstream.projections.registry import PROJECTIONS, PROJECTOR_PROJECTIONS
-from memstream.projections.tracking import PARTITION_ROW
+from memstream.projections.sql.analytics import SqlAnalyticsQueries
+from memstream.projections.sql.dialect import POSTGRES
+from memstream.projections.sql.snapshots import SnapshotSources
+from memstream.projections.sql.tracking import dead_letters, tracked_seq, tracking_rows
 
 
-class PostgresReadModels:
+class PostgresReadModels(SnapshotSources):
     """The read side on one connection of its own: queries, snapshot sources, positions.
     Reads go through the connection of a projector of this process on the same copy while it
     holds its writer's own events in an open transaction (``lender``; see
     :class:`~memstream.projections.postgres.reads.PgReads`)."""
+
+    dialect = POSTGRES
+    reads: PgReads
 
     def __init__(self, url: str, lender: Callable[[], ReadModelStore | None] | None = None) -> None:
         self.url = url
@@ -67,7 +63,7 @@ class PostgresReadModels:
         self.context = PgContextQueries(self.reads)
         self.registry = PgRegistryQueries(self.reads)
         self.memory = PgMemoryQueries(self.reads)
-        self.analytics = PgAnalyticsQueries(self.reads)
+        self.analytics = SqlAnalyticsQueries(self.reads, POSTGRES)
 
     @property
     def identity(self) -> Hashable | None:
@@ -87,56 +83,22 @@ class PostgresReadModels:
     def lent(self) -> bool:
         return self.reads.lent()
 
-    def session_snapshots(self, namespace: str) -> SnapshotSource[SessionAggregate]:
-        return PgSessionSnapshots(self.reads, namespace)
-
-    def document_snapshots(self, namespace: str) -> SnapshotSource[ContextDocument]:
-        return PgDocumentSnapshots(self.reads, namespace)
-
-    def search_snapshots(self, namespace: str) -> SnapshotSource[SearchIndex]:
-        return PgSearchSnapshots(self.reads, namespace)
-
-    def record_snapshots(self, namespace: str) -> SnapshotSource[SessionRecord]:
-        return PgRecordSnapshots(self.reads, namespace)
-
     def tracked_seq(self, projection: str) -> int:
-        plain, partitions = self._tracking_rows(projection)
-        return min(partitions.values()) if partitions else plain
+        return tracked_seq(self.reads, POSTGRES, projection)
 
     def marks(self) -> list[tuple[str, int, str | None]]:
         """See :meth:`~memstream.projections.ports.ReadModels.marks`."""
         return tracked_marks(self.reads.connection)
 
     def tracked_partitions(self, projection: str) -> dict[int, int]:
-        return self._tracking_rows(projection)[1]
-
-    def _tracking_rows(self, projection: str) -> tuple[int, dict[int, int]]:
-        """``projection``'s own row (0 if none) and its partitions' rows, in one query."""
-        prefix = projection + PARTITION_ROW
-        plain = 0
-        partitions: dict[int, int] = {}
-        for name, seq in self.reads.execute(
-            "SELECT projection, seq FROM tracking "
-            "WHERE projection = %s OR starts_with(projection, %s)",
-            (projection, prefix),
-        ).fetchall():
-            if name == projection:
-                plain = int(seq)
-            else:
-                partitions[int(str(name)[len(prefix) :])] = int(seq)
-        return plain, partitions
+        return tracking_rows(self.reads, POSTGRES, projection)[1]
 
     def copy_id(self) -> str:
         row = self.reads.execute("SELECT value FROM meta WHERE key = 'copy_id'").fetchone()
         return "" if row is None else str(row[0])
 
     def dead_letters(self) -> list[dict[str, object]]:
-        cursor = self.reads.execute(
-            "SELECT projection, seq, subject, topic, error, attempts, recorded_at "
-            "FROM dead_letters ORDER BY projection, seq"
-        )
-        names = [c.name for c in cursor.description or ()]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return dead_letters(self.reads)
 
     def replaced(self) -> bool:
         """Whether the copy was replaced (a new copy id) since this reader opened it. Not

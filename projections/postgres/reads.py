@@ -109,21 +109,3 @@ class PgReads:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
-
-
-class PgReading:
-    """A reading on :class:`PgReads` (nothing new when one is open)."""
-
-    __slots__ = ("opened", "reads")
-
-    def __init__(self, reads: PgReads) -> None:
-        self.reads = reads
-        self.opened = False
-
-    def __enter__(self) -> None:
-        self.opened = self.reads.begin()
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.opened:
-            self.opened = False
-            self.reads.commit()

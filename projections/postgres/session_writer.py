@@ -9,8 +9,6 @@ bytes of the rows root→it); each session counts its messages.
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -20,35 +18,22 @@ import psycopg
 from memstream.projections.postgres.schema import TEXT_SEARCH
 from memstream.projections.postgres.text import searchable
 from memstream.projections.session_projector import (
-    ClearSession,
-    DeleteMessages,
     ForgetPurged,
-    InsertCompaction,
     InsertMessage,
-    RecordPosition,
-    RecordPrompt,
-    RecordSkill,
     SessionWrite,
     UpdateMessage,
-    next_version,
+)
+from memstream.projections.sql.dialect import POSTGRES
+from memstream.projections.sql.session_tree import (
+    SHIFT_SUBTREE,
+    Recorded,
+    SessionKeys,
+    SqlSessionTree,
+    Stored,
+    size_of,
 )
 
 Connection = psycopg.Connection[tuple[Any, ...]]
-# Entries PgSessionRows keeps of each kind before it starts again.
-logger = logging.getLogger(__name__)
-ROWS_KEPT = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class _Stored:
-    """A message row inserted (or held to be inserted), with its path aggregates: the parent
-    of the next message of a chain, found without a lookup."""
-
-    sid: int
-    id: str
-    mid: int
-    depth: int
-    path_bytes: int
 
 
 @dataclass(slots=True)
@@ -56,7 +41,7 @@ class _Held:
     """A message insert held for :meth:`PgSessionRows.flush`, its row worked out in memory."""
 
     write: InsertMessage
-    row: _Stored
+    row: Stored
     parent_mid: int | None
     parent_held: bool  # its parent is held too (its children count is set in the row)
     size: int
@@ -134,7 +119,7 @@ SELECT mid, child_count FROM ins
 """
 
 
-class PgSessionRows:
+class PgSessionRows(SessionKeys):
     """What the writes learnt of the read model (session keys, each session's last inserted
     row), valid inside one transaction and across the transactions of one connection while no
     other connection writes the sessions projection (it has one projector); and the writes
@@ -142,41 +127,18 @@ class PgSessionRows:
     reserved from the identity sequence), children counts, message counts, positions. Whoever
     applies writes calls :meth:`forget` after a rollback."""
 
-    __slots__ = (
-        "children",
-        "counts",
-        "held",
-        "held_ids",
-        "mids",
-        "positions",
-        "sids",
-        "tips",
-        "versions",
-    )
+    dialect = POSTGRES
+
+    # Reserved row ids are forgotten too: a sequence may hand out again what a transaction
+    # that never committed took, when the server crashed before it logged them.
+    __slots__ = ("children", "held", "held_ids", "mids")
 
     def __init__(self) -> None:
-        self.sids: dict[tuple[str, str], int] = {}
-        self.tips: dict[int, _Stored] = {}
+        super().__init__()
         self.held: list[_Held] = []
         self.held_ids: dict[tuple[int, str], _Held] = {}
         self.mids: list[int] = []  # reserved row ids (a sequence never gives one twice)
         self.children: dict[int, int] = {}  # parent mid → children gained
-        self.counts: dict[int, int] = {}  # sid → messages added
-        self.positions: dict[tuple[str, str], tuple[int, int]] = {}  # (seq, version)
-        self.versions: dict[tuple[str, str], int] = {}  # each session's last version applied
-
-    def forget(self) -> None:
-        # Reserved row ids too: a sequence may hand out again what a transaction that never
-        # committed took, when the server crashed before it logged them.
-        self.mids.clear()
-        self.versions.clear()
-        self.sids.clear()
-        self.tips.clear()
-        self.held.clear()
-        self.held_ids.clear()
-        self.children.clear()
-        self.counts.clear()
-        self.positions.clear()
 
     def flush(self, connection: Connection) -> None:
         """Write what the writes so far still owe the read model."""
@@ -220,20 +182,6 @@ class PgSessionRows:
             "versions": [version for _, (_, version) in keys],
         }
 
-    def sid(self, connection: Connection, namespace: str, session_id: str) -> int:
-        key = (namespace, session_id)
-        sid = self.sids.get(key)
-        if sid is None:
-            if len(self.sids) >= ROWS_KEPT:
-                self.sids.clear()
-            sid = self.sids[key] = session_key(connection, namespace, session_id)
-        return sid
-
-    def stored(self, row: _Stored) -> None:
-        if len(self.tips) >= ROWS_KEPT and row.sid not in self.tips:
-            self.tips.clear()
-        self.tips[row.sid] = row
-
     def hold(self, connection: Connection, sid: int, write: InsertMessage) -> bool:
         """Hold an insert whose parent is known (held, a session's last row, or stored) or
         that is a root; ``False`` if it must be written at once (its parent is not stored:
@@ -250,14 +198,16 @@ class PgSessionRows:
                 parent_mid = parent.row.mid
                 depth, path_bytes = parent.row.depth, parent.row.path_bytes
             else:
-                found = _parent_of(connection, sid, write.parent_id, self)
+                found = PgSessionTree.parent_of(
+                    connection, sid, write.parent_id, self.tips.get(sid)
+                )
                 if found[0] is None:
                     return False
                 parent_mid, depth, path_bytes = found
         if not self.mids:
             self.mids = _reserve_mids(connection, MIDS_RESERVED)
-        size = _size(write.content)
-        row = _Stored(sid, write.message_id, self.mids.pop(), depth + 1, path_bytes + size)
+        size = size_of(write.content)
+        row = Stored(sid, write.message_id, self.mids.pop(), depth + 1, path_bytes + size)
         held = _Held(write, row, parent_mid, parent is not None, size)
         if parent is not None:
             parent.children += 1
@@ -312,7 +262,7 @@ class PgSessionRows:
             if h.parent_mid is not None and not h.parent_held:
                 self.children[h.parent_mid] = self.children.get(h.parent_mid, 0) + 1
             if adopted[h.row.mid] > h.children:  # stored rows named it their parent
-                _adopt_orphans(connection, h.row)
+                PgSessionTree.adopt_orphans(connection, h.row)
                 self.tips.pop(sid, None)  # its subtree moved: the session's last row may have
 
     def _write_one(self, connection: Connection, positions: dict[str, list[Any]] | None) -> None:
@@ -345,7 +295,7 @@ class PgSessionRows:
             self.tips.pop(row.sid, None)  # the stored row is the session's, not this one
             return
         if int(inserted[1]):  # stored rows named it their parent
-            _adopt_orphans(connection, row)
+            PgSessionTree.adopt_orphans(connection, row)
             self.tips.pop(row.sid, None)
 
 
@@ -356,36 +306,6 @@ def _reserve_mids(connection: Connection, count: int) -> list[int]:
         (count,),
     ).fetchall()
     return sorted((int(row[0]) for row in rows), reverse=True)
-
-
-def _check_version(connection: Connection, write: RecordPosition, rows: PgSessionRows) -> None:
-    """Warn of versions of the session missing before ``write``'s (see
-    :func:`missing_versions`); the event is applied all the same."""
-
-    def stored(key: tuple[str, str]) -> int | None:
-        row = connection.execute(
-            "SELECT version FROM session_state WHERE namespace = %s AND session_id = %s", key
-        ).fetchone()
-        return None if row is None else int(row[0])
-
-    gap = next_version(rows.versions, write, stored)
-    if gap is not None:
-        logger.warning("%s", gap)
-
-
-def session_key(connection: Connection, namespace: str, session_id: str) -> int:
-    """The integer key of a session, created on first use."""
-    row = connection.execute(
-        "SELECT sid FROM session_keys WHERE namespace = %s AND session_id = %s",
-        (namespace, session_id),
-    ).fetchone()
-    if row is None:
-        row = connection.execute(
-            "INSERT INTO session_keys (namespace, session_id) VALUES (%s, %s) RETURNING sid",
-            (namespace, session_id),
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def apply_session_writes(
@@ -403,17 +323,8 @@ def apply_session_writes(
 
 
 def _apply(connection: Connection, write: SessionWrite, rows: PgSessionRows) -> None:
-    if isinstance(write, ForgetPurged):
-        rows.flush(connection)
-        _forget_purged(connection, write)
-        rows.forget()
-        return
-    if isinstance(write, RecordPosition):
-        _check_version(connection, write, rows)
-        rows.positions[(write.namespace, write.session_id)] = (write.seq, write.version)
-        return
-    if isinstance(write, RecordPrompt | RecordSkill):
-        _record_state(connection, write)
+    if isinstance(write, Recorded):
+        PgSessionTree.record(connection, write, rows)
         return
     sid = rows.sid(connection, write.namespace, write.session_id)
     if isinstance(write, InsertMessage):
@@ -429,76 +340,20 @@ def _apply(connection: Connection, write: SessionWrite, rows: PgSessionRows) -> 
     # what is owed is written first.
     rows.tips.pop(sid, None)
     rows.flush(connection)
-    if isinstance(write, UpdateMessage):
-        _update(connection, sid, write)
-    elif isinstance(write, DeleteMessages):
-        for message_id in write.message_ids:
-            if _delete(connection, sid, message_id):
-                rows.counts[sid] = rows.counts.get(sid, 0) - 1
-    elif isinstance(write, ClearSession):
-        connection.execute("DELETE FROM messages WHERE sid = %s", (sid,))
-        connection.execute("DELETE FROM compactions WHERE sid = %s", (sid,))
-        connection.execute("UPDATE session_keys SET messages = 0 WHERE sid = %s", (sid,))
-        rows.counts[sid] = 0
-        # A clear also unloads the session's skills (its frozen prompt stays).
-        connection.execute(
-            "UPDATE session_state SET loaded_skills = '[]' "
-            "WHERE namespace = %s AND session_id = %s",
-            (write.namespace, write.session_id),
-        )
-    elif isinstance(write, InsertCompaction):
-        connection.execute(
-            "INSERT INTO compactions (sid, id, summary, from_message_id, to_message_id, "
-            "position, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            (
-                sid,
-                write.compaction_id,
-                write.summary,
-                write.from_message_id,
-                write.to_message_id,
-                write.position,
-                write.created_at,
-            ),
-        )
-
-
-# Moves a subtree's path aggregates by (depth, bytes): its root's path changed above it. The
-# walk follows the row links down (children by parent id, checked against the link); UNION
-# rather than UNION ALL, so that it ends even on a damaged read model whose links form a loop.
-_SHIFT_SUBTREE = """
-WITH RECURSIVE subtree (mid, id) AS (
-    SELECT mid, id FROM messages WHERE mid = %(root)s
-    UNION
-    SELECT c.mid, c.id FROM subtree JOIN messages AS c
-    ON c.sid = %(sid)s AND c.parent_id = subtree.id AND c.parent_mid = subtree.mid
-)
-UPDATE messages SET depth = depth + %(depth)s, path_bytes = path_bytes + %(bytes)s
-WHERE mid IN (SELECT mid FROM subtree)
-"""
-
-
-def _shift_subtree(connection: Connection, sid: int, root: int, depth: int, size: int) -> None:
-    if depth or size:
-        connection.execute(
-            _SHIFT_SUBTREE,
-            {"sid": sid, "root": root, "depth": depth, "bytes": size},
-            prepare=False,  # a walk
-        )
-
-
-def _size(content: str) -> int:
-    return len(content.encode("utf-8", "surrogatepass"))
+    PgSessionTree.change(connection, sid, write, rows.counts)
 
 
 def _insert(
     connection: Connection, sid: int, write: InsertMessage, rows: PgSessionRows
-) -> _Stored | None:
+) -> Stored | None:
     """Insert a message; the inserted row, or ``None`` if its id was already stored (the domain
     never appends an existing id: keep the first content if it did). Its parent's children
     count is owed."""
-    parent_mid, depth, path_bytes = _parent_of(connection, sid, write.parent_id, rows)
+    parent_mid, depth, path_bytes = PgSessionTree.parent_of(
+        connection, sid, write.parent_id, rows.tips.get(sid)
+    )
     depth += 1
-    size = _size(write.content)
+    size = size_of(write.content)
     path_bytes += size
     row = connection.execute(
         "INSERT INTO messages (sid, id, parent_id, parent_mid, role, content, bytes, position, "
@@ -528,128 +383,10 @@ def _insert(
     mid, children = int(row[0]), int(row[1])
     if parent_mid is not None:
         rows.children[parent_mid] = rows.children.get(parent_mid, 0) + 1
-    stored = _Stored(sid, write.message_id, mid, depth, path_bytes)
+    stored = Stored(sid, write.message_id, mid, depth, path_bytes)
     if children:
-        _adopt_orphans(connection, stored)
+        PgSessionTree.adopt_orphans(connection, stored)
     return stored
-
-
-def _adopt_orphans(connection: Connection, row: _Stored) -> None:
-    """Orphans left by a delete of ``row``'s id point at it again, and their subtrees' paths
-    now run through it."""
-    orphans = connection.execute(
-        "SELECT mid, depth, bytes, path_bytes FROM messages "
-        "WHERE sid = %s AND parent_id = %s AND parent_mid IS NULL",
-        (row.sid, row.id),
-    ).fetchall()
-    for orphan, orphan_depth, orphan_bytes, orphan_path_bytes in orphans:
-        connection.execute("UPDATE messages SET parent_mid = %s WHERE mid = %s", (row.mid, orphan))
-        _shift_subtree(
-            connection,
-            row.sid,
-            orphan,
-            row.depth + 1 - orphan_depth,
-            row.path_bytes + orphan_bytes - orphan_path_bytes,
-        )
-
-
-def _parent_of(
-    connection: Connection, sid: int, parent_id: str | None, rows: PgSessionRows
-) -> tuple[int | None, int, int]:
-    """The row id and path aggregates (depth, path bytes) of a new message's parent row: depth
-    -1 and no bytes for a root or a parent that is not stored. In a chain the parent is the row
-    inserted just before: no lookup."""
-    if parent_id is None:
-        return None, -1, 0
-    last = rows.tips.get(sid)
-    if last is not None and last.id == parent_id:
-        return last.mid, last.depth, last.path_bytes
-    row = connection.execute(
-        "SELECT mid, depth, path_bytes FROM messages WHERE sid = %s AND id = %s",
-        (sid, parent_id),
-    ).fetchone()
-    return (None, -1, 0) if row is None else (int(row[0]), int(row[1]), int(row[2]))
-
-
-def _update(connection: Connection, sid: int, write: UpdateMessage) -> None:
-    row = connection.execute(
-        "SELECT mid, bytes FROM messages WHERE sid = %s AND id = %s", (sid, write.message_id)
-    ).fetchone()
-    if row is None:
-        return
-    mid, old_size = int(row[0]), int(row[1])
-    size = _size(write.content)
-    connection.execute(
-        f"UPDATE messages SET content = %s, bytes = %s, search = to_tsvector('{TEXT_SEARCH}', %s) "
-        "WHERE mid = %s",
-        (write.content, size, searchable(write.text), mid),
-    )
-    # Every path through this row changes by the difference in size.
-    _shift_subtree(connection, sid, mid, 0, size - old_size)
-
-
-def _delete(connection: Connection, sid: int, message_id: str) -> bool:
-    """Delete a message (``False``: it was not stored)."""
-    row = connection.execute(
-        "SELECT mid, parent_id, depth, path_bytes FROM messages WHERE sid = %s AND id = %s",
-        (sid, message_id),
-    ).fetchone()
-    if row is None:
-        return False
-    mid, parent_id, depth, path_bytes = int(row[0]), row[1], int(row[2]), int(row[3])
-    # Each child becomes the root of its path: its subtree loses this row and all above it.
-    children = connection.execute(
-        "SELECT mid FROM messages WHERE sid = %s AND parent_id = %s AND parent_mid = %s",
-        (sid, message_id, mid),
-    ).fetchall()
-    for (child,) in children:
-        _shift_subtree(connection, sid, int(child), -(depth + 1), -path_bytes)
-    connection.execute("DELETE FROM messages WHERE mid = %s", (mid,))
-    # Children keep their parent id but lose the link.
-    connection.execute(
-        "UPDATE messages SET parent_mid = NULL WHERE sid = %s AND parent_id = %s",
-        (sid, message_id),
-    )
-    if parent_id is not None:
-        connection.execute(
-            "UPDATE messages SET child_count = child_count - 1 WHERE sid = %s AND id = %s",
-            (sid, parent_id),
-        )
-    return True
-
-
-def _record_state(connection: Connection, write: RecordPrompt | RecordSkill) -> None:
-    """The session's decision-state row (its position is written by
-    :meth:`PgSessionRows.flush`, after it in the same transaction: until then the row may be
-    new)."""
-    key = (write.namespace, write.session_id)
-    connection.execute(
-        "INSERT INTO session_state (namespace, session_id, last_seq, version) "
-        "VALUES (%s, %s, 0, 0) ON CONFLICT DO NOTHING",
-        key,
-    )
-    if isinstance(write, RecordPrompt):
-        connection.execute(
-            "UPDATE session_state SET frozen_prompt = %s WHERE namespace = %s AND session_id = %s",
-            (write.prompt, *key),
-        )
-        return
-    row = connection.execute(
-        "SELECT loaded_skills FROM session_state WHERE namespace = %s AND session_id = %s "
-        "FOR UPDATE",
-        key,
-    ).fetchone()
-    assert row is not None
-    skills: list[str] = json.loads(row[0])
-    # As the aggregate's dict: a skill keeps its place when loaded again.
-    if write.loaded and write.skill not in skills:
-        skills.append(write.skill)
-    elif not write.loaded and write.skill in skills:
-        skills.remove(write.skill)
-    connection.execute(
-        "UPDATE session_state SET loaded_skills = %s WHERE namespace = %s AND session_id = %s",
-        (json.dumps(skills), *key),
-    )
 
 
 def _forget_purged(connection: Connection, write: ForgetPurged) -> None:
@@ -663,3 +400,47 @@ def _forget_purged(connection: Connection, write: ForgetPurged) -> None:
         connection.execute("DELETE FROM messages WHERE sid = ANY(%s)", (sids,))
         connection.execute("DELETE FROM compactions WHERE sid = ANY(%s)", (sids,))
         connection.execute("DELETE FROM session_keys WHERE sid = ANY(%s)", (sids,))
+
+
+class PgSessionTree(SqlSessionTree):
+    """The session writes written once, on PostgreSQL: a message's search vector is in its
+    row."""
+
+    dialect = POSTGRES
+
+    @classmethod
+    def shift_subtree(
+        cls, connection: Connection, sid: int, root: int, depth: int, size: int
+    ) -> None:
+        if depth or size:
+            connection.execute(
+                POSTGRES.sql(SHIFT_SUBTREE),
+                (root, sid, depth, size),
+                prepare=False,  # a walk
+            )
+
+    @classmethod
+    def _forget_purged(cls, connection: Connection, write: ForgetPurged) -> None:
+        _forget_purged(connection, write)
+
+    @classmethod
+    def _clear(cls, connection: Connection, sid: int) -> None:
+        connection.execute("DELETE FROM messages WHERE sid = %s", (sid,))
+        connection.execute("DELETE FROM compactions WHERE sid = %s", (sid,))
+
+    @classmethod
+    def _update(cls, connection: Connection, sid: int, write: UpdateMessage) -> None:
+        row = connection.execute(
+            "SELECT mid, bytes FROM messages WHERE sid = %s AND id = %s", (sid, write.message_id)
+        ).fetchone()
+        if row is None:
+            return
+        mid, old_size = int(row[0]), int(row[1])
+        size = size_of(write.content)
+        connection.execute(
+            "UPDATE messages SET content = %s, bytes = %s, "
+            f"search = to_tsvector('{TEXT_SEARCH}', %s) WHERE mid = %s",
+            (write.content, size, searchable(write.text), mid),
+        )
+        # Every path through this row changes by the difference in size.
+        cls.shift_subtree(connection, sid, mid, 0, size - old_size)

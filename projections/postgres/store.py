@@ -24,20 +24,22 @@ from memstream.projections.ports import (
     run_steps,
 )
 from memstream.projections.postgres.batches import (
-    PgBatchMemo,
-    PgBatchTransaction,
-    PgVectorProjection,
+    BatchMemo,
+    BatchTransaction,
+    VectorProjection,
     batch_steps,
+    default_projections,
     ensure_tracking,
     lock_positions,
-    pg_projections,
 )
 from memstream.projections.postgres.checksum import checksum, first_difference
 from memstream.projections.postgres.connection import SCHEMA, connect, describe, unavailable
 from memstream.projections.postgres.schema import copy_id, migrate, tracked_marks
 from memstream.projections.postgres.vectors import enable_pgvector
 from memstream.projections.registry import PROJECTOR_PROJECTIONS, VERSIONS
-from memstream.projections.tracking import PARTITION_ROW, TrackingRows, projection_of
+from memstream.projections.sql.tables import TABLES
+from memstream.projections.sql.tracking import changed_versions, dead_letters
+from memstream.projections.tracking import PARTITION_ROW, TrackingRows
 
 logger = logging.getLogger(__name__)
 
@@ -47,28 +49,6 @@ LOCK_TIMEOUT_MS = 30_000
 # A store or reader asks whether its copy was replaced at most this often (a question per
 # read or write would cost a round trip each; writes check it in their transaction anyway).
 REPLACED_CHECK_SECONDS = 0.5
-# Tables each projection owns: emptied together when it is dropped.
-PROJECTION_TABLES: dict[str, tuple[str, ...]] = {
-    "sessions": ("session_keys", "messages", "compactions", "session_state"),
-    "context": (
-        "context_blocks",
-        "cached_prompts",
-        "loaded_skills",
-        "search_blocks",
-        "search_entries",
-    ),
-    "registry": ("session_registry",),
-    "memory": (
-        "memory_profiles",
-        "memory_messages",
-        "memories",
-        "memory_sources",
-        "memory_history",
-        "memory_extractions",
-    ),
-    "vectors": ("memory_vectors",),
-    "analytics": ("analytics_daily", "analytics_sessions", "analytics_units"),
-}
 
 
 class PostgresReadModelStore:
@@ -93,11 +73,11 @@ class PostgresReadModelStore:
         self.url = url
         self._names = list(projections)
         self._rows = TrackingRows()
-        self._memo = PgBatchMemo()
+        self._memo = BatchMemo()
         self._pgvector = pgvector
         self._location = describe(url)
         self._copy_checked = -math.inf  # when replaced() last found the copy in place
-        self._projections = pg_projections(projections, encoder)
+        self._projections = default_projections(projections, encoder)
         self.connection: Connection = connect(url, autocommit=True)
         try:
             migrate(self.connection, url)
@@ -247,9 +227,9 @@ class PostgresReadModelStore:
     ) -> int:
         return run_steps(self.steps(records, stats, committed=committed))
 
-    def transaction(self, *, committed: int | None = None, wait: bool = True) -> PgBatchTransaction:
+    def transaction(self, *, committed: int | None = None, wait: bool = True) -> BatchTransaction:
         try:
-            return PgBatchTransaction(
+            return BatchTransaction(
                 self.connection,
                 self._projections,
                 committed=committed,
@@ -269,12 +249,7 @@ class PostgresReadModelStore:
             _empty(self.connection, projection)
 
     def dead_letters(self) -> list[dict[str, object]]:
-        cursor = self.connection.execute(
-            "SELECT projection, seq, subject, topic, error, attempts, recorded_at "
-            "FROM dead_letters ORDER BY projection, seq"
-        )
-        names = [c.name for c in cursor.description or ()]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return dead_letters(self.connection)
 
     def forget_dead_letters(self, letters: Sequence[tuple[str, int]]) -> int:
         if not letters:
@@ -296,26 +271,19 @@ class PostgresReadModelStore:
     def _renew_changed(self) -> None:
         """Empty each of its projections whose recorded version is not the code's (the code
         that writes it changed what it writes): it is projected again from the log, alone."""
-        found: dict[str, int] = {}
-        for row, version in self.connection.execute(
-            "SELECT projection, version FROM tracking"
-        ).fetchall():
-            name = projection_of(str(row))
-            if name in self._names and found.get(name, VERSIONS[name]) == VERSIONS[name]:
-                found[name] = int(version)  # one partition of another version is enough
-        for name, version in found.items():
-            if int(version) != VERSIONS[str(name)]:
-                logger.warning(
-                    "read model %s: projection %s is at version %s, this code writes %s: "
-                    "emptied, to be projected again from the log",
-                    describe(self.url),
-                    name,
-                    version,
-                    VERSIONS[str(name)],
-                )
-                with self.connection.transaction():
-                    lock_positions(self.connection, [str(name)])
-                    _empty(self.connection, str(name))
+        rows = self.connection.execute("SELECT projection, version FROM tracking").fetchall()
+        for name, version in changed_versions(rows, self._names).items():
+            logger.warning(
+                "read model %s: projection %s is at version %s, this code writes %s: "
+                "emptied, to be projected again from the log",
+                describe(self.url),
+                name,
+                version,
+                VERSIONS[name],
+            )
+            with self.connection.transaction():
+                lock_positions(self.connection, [name])
+                _empty(self.connection, name)
 
     def _renew_vectors_of_other_models(self, model: str) -> None:
         """Empty ``vectors`` when it holds vectors of another model than ``model`` (the
@@ -342,7 +310,7 @@ class PostgresReadModelStore:
         if not enable_pgvector(self.connection, self.url):
             return
         for projection in self._projections:
-            if isinstance(projection, PgVectorProjection):
+            if isinstance(projection, VectorProjection):
                 projection.embeddings = True
         if not renew:
             return
@@ -379,7 +347,7 @@ class PostgresReadModelStore:
 def _empty(connection: Connection, projection: str) -> None:
     """Inside a transaction holding ``projection``'s tracking row: its tables emptied, its
     position 0 at the code's version, its dead letters gone."""
-    for table in PROJECTION_TABLES[projection]:
+    for table in TABLES[projection]:
         connection.execute(f"DELETE FROM {table}")  # names from the table above, never input
     connection.execute(
         "UPDATE tracking SET seq = 0, version = %s, event = NULL WHERE projection = %s "

@@ -28,11 +28,14 @@ class Executes(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Dialect:
-    """An engine's SQL: its parameter marker and how text sorts in byte order."""
+    """An engine's SQL: its parameter marker, how text sorts in byte order, and how a read
+    locks the row it reads until the transaction ends."""
 
     name: str
     parameter: str
     byte_order: str  # appended to an ORDER BY term of text
+    lock_row: str  # appended to a SELECT (SQLite's write transaction holds the whole file)
+    find: str  # the function giving where a text is found in another (1-based; 0: nowhere)
 
     def sql(self, statement: str) -> str:
         """``statement`` (written with ``?`` parameters) in this dialect."""
@@ -54,5 +57,5 @@ def _converted(parameter: str, statement: str) -> str:
     return statement.replace("%", "%%").replace("?", parameter)
 
 
-SQLITE = Dialect("sqlite", "?", "")
-POSTGRES = Dialect("postgresql", "%s", ' COLLATE "C"')
+SQLITE = Dialect("sqlite", "?", "", "", "instr")
+POSTGRES = Dialect("postgresql", "%s", ' COLLATE "C"', " FOR UPDATE", "strpos")

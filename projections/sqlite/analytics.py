@@ -7,9 +7,6 @@ import json
 import sqlite3
 
 from memstream.projections.analytics_projector import CountRow, Purge, SessionRow, UnitRow
-from memstream.projections.sql.analytics import SqlAnalyticsQueries
-from memstream.projections.sql.dialect import SQLITE
-from memstream.projections.sqlite.read_connection import Reads
 
 # A count for a session is for its model and source as the sessions table holds them (written
 # after the counts of the same batch: the table is still as it was when the batch began).
@@ -90,10 +87,3 @@ def purge_analytics(connection: sqlite3.Connection, purge: Purge) -> None:
             "DELETE FROM analytics_sessions WHERE namespace = ? AND session_id = ?",
             (namespace, identifier),
         )
-
-
-class SqliteAnalyticsQueries(SqlAnalyticsQueries):
-    """Daily volumes per namespace, model and source."""
-
-    def __init__(self, connection: Reads) -> None:
-        super().__init__(connection, SQLITE)

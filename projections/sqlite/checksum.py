@@ -1,13 +1,13 @@
-"""Checksums of read models over their logical content (independent of row ids)."""
+"""Checksums of SQLite read models over their logical content (independent of row ids), and
+the first row where two builds differ (:mod:`memstream.projections.sql.checksum`): the parts
+they read."""
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import json
 import sqlite3
 
 from memstream.projections.ports import Difference
+from memstream.projections.sql.checksum import Parts, difference, digest
 
 # The terms of the message index (an fts5vocab table of the connection's own).
 _TERMS = "temp.messages_fts_terms"
@@ -16,7 +16,7 @@ _TERMS_TABLE = (
 )
 
 # Each projection's content as named parts, each one query in a canonical order.
-_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
+_PARTS: dict[str, Parts] = {
     "sessions": (
         (
             "messages",
@@ -170,14 +170,8 @@ _PARTS: dict[str, tuple[tuple[str, str], ...]] = {
 
 def checksum(connection: sqlite3.Connection, projection: str) -> str:
     """SHA-256 over every row of ``projection``'s tables in a canonical order."""
-    digest = hashlib.sha256()
     _prepare(connection)
-    for _, query in _PARTS[projection]:
-        for row in connection.execute(query):
-            digest.update(json.dumps(row, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-            digest.update(b"\n")
-        digest.update(b"\x00")
-    return digest.hexdigest()
+    return digest(_PARTS[projection], connection.execute)
 
 
 def first_difference(
@@ -187,12 +181,7 @@ def first_difference(
     when they hold the same content, i.e. when their checksums are equal)."""
     _prepare(live)
     _prepare(rebuilt)
-    for part, query in _PARTS[projection]:
-        pairs = itertools.zip_longest(live.execute(query), rebuilt.execute(query))
-        for live_row, rebuilt_row in pairs:
-            if live_row != rebuilt_row:
-                return Difference(part, live_row, rebuilt_row)
-    return None
+    return difference(_PARTS[projection], live.execute, rebuilt.execute)
 
 
 def _prepare(connection: sqlite3.Connection) -> None:

@@ -13,6 +13,11 @@ from pathlib import Path
 from memstream.domain.errors import ReadModelDamagedError, UnavailableError
 from memstream.projections.ports import REBUILD_HINT
 from memstream.projections.registry import VERSIONS
+from memstream.projections.sql.dialect import SQLITE
+from memstream.projections.sql.tables import with_indexes
+from memstream.projections.sql.tracking import changed_versions, tracking_rows
+from memstream.projections.sql.tracking import dead_letters as shared_dead_letters
+from memstream.projections.sql.tracking import tracked_seq as shared_tracked_seq
 from memstream.projections.sqlite.damage import (
     FileIdentity,
     file_identity,
@@ -454,30 +459,14 @@ _MIGRATIONS: dict[int, str] = {
 }
 
 # Tables each projection owns: dropped and rebuilt together by ``projections rebuild``.
-PROJECTION_TABLES: dict[str, tuple[str, ...]] = {
-    "sessions": ("session_keys", "messages", "messages_fts", "compactions", "session_state"),
-    "context": (
-        "context_blocks",
-        "cached_prompts",
-        "loaded_skills",
-        "search_blocks",
-        "search_entries",
-        "search_entries_fts",
-    ),
-    "registry": ("session_registry",),
-    "memory": (
-        "memory_profiles",
-        "memory_messages",
-        "memory_messages_fts",
-        "memories",
-        "memories_fts",
-        "memory_sources",
-        "memory_history",
-        "memory_extractions",
-    ),
-    "vectors": ("memory_vectors",),
-    "analytics": ("analytics_daily", "analytics_sessions", "analytics_units"),
-}
+PROJECTION_TABLES = with_indexes(
+    {
+        "messages": "messages_fts",
+        "search_entries": "search_entries_fts",
+        "memory_messages": "memory_messages_fts",
+        "memories": "memories_fts",
+    }
+)
 
 # How a table is emptied where DELETE cannot (a contentless FTS5 table).
 _EMPTY = {
@@ -727,30 +716,13 @@ def _user_version(connection: sqlite3.Connection) -> int:
 def tracked_seq(connection: sqlite3.Connection, projection: str) -> int:
     """The last stream sequence ``projection`` committed (0 if none); of a partitioned one, the
     lowest of its partitions' (see :func:`tracked_partitions`)."""
-    plain, partitions = _tracking_rows(connection, projection)
-    return min(partitions.values()) if partitions else plain
+    return shared_tracked_seq(connection, SQLITE, projection)
 
 
 def tracked_partitions(connection: sqlite3.Connection, projection: str) -> dict[int, int]:
     """Each partition's position of ``projection`` (see
     :class:`~memstream.projections.tracking.TrackingRows`); empty when it is not partitioned."""
-    return _tracking_rows(connection, projection)[1]
-
-
-def _tracking_rows(connection: sqlite3.Connection, projection: str) -> tuple[int, dict[int, int]]:
-    """``projection``'s own row (0 if none) and its partitions' rows, in one query."""
-    prefix = projection + PARTITION_ROW
-    plain = 0
-    partitions: dict[int, int] = {}
-    for name, seq in connection.execute(
-        "SELECT projection, seq FROM tracking WHERE projection = ? OR substr(projection, 1, ?) = ?",
-        (projection, len(prefix), prefix),
-    ):
-        if name == projection:
-            plain = int(seq)
-        else:
-            partitions[int(str(name)[len(prefix) :])] = int(seq)
-    return plain, partitions
+    return tracking_rows(connection, SQLITE, projection)[1]
 
 
 def track_partitions(
@@ -843,14 +815,8 @@ def renew_changed_projections(
     """Empty each of ``projections`` whose rows were written by another version of it than
     this code's (:data:`~memstream.projections.registry.VERSIONS`), so that it is projected again
     from the log; returns their names. Projections without rows are left alone."""
-    found: dict[str, int] = {}
-    for row, version in tracked_versions(connection).items():
-        name = projection_of(row)
-        if found.get(name, VERSIONS.get(name, 1)) == VERSIONS.get(name, 1):
-            found[name] = version  # one partition of another version is enough
-    changed = [
-        name for name in projections if name in found and found[name] != VERSIONS.get(name, 1)
-    ]
+    found = changed_versions(tracked_versions(connection).items(), projections)
+    changed = [name for name in projections if name in found]
     for name in changed:
         logger.warning(
             "projection %s: its rows are of version %d, this code writes version %d; "
@@ -919,12 +885,7 @@ def record_dead_letter(
 
 def dead_letters(connection: sqlite3.Connection) -> list[dict[str, object]]:
     """Every recorded dead letter, oldest first."""
-    cursor = connection.execute(
-        "SELECT projection, seq, subject, topic, error, attempts, recorded_at "
-        "FROM dead_letters ORDER BY seq, projection"
-    )
-    names = [c[0] for c in cursor.description]
-    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    return shared_dead_letters(connection, "seq, projection")
 
 
 def forget_dead_letters(connection: sqlite3.Connection, letters: Sequence[tuple[str, int]]) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memstream.projections.memory_search import fts_match
+from memstream.projections.recall.memory_search import fts_match
 from memstream.projections.sql.dialect import SQLITE
 from memstream.projections.sql.memory_queries import SqlMemoryQueries
 from memstream.projections.sqlite.read_connection import Reads

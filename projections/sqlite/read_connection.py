@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from memstream.projections.snapshots import LookupWindow
+from memstream.projections.sql.reading import Reading
 
 __all__ = ["LookupWindow", "ReadConnection", "Reading", "Reads"]
 
@@ -84,21 +85,3 @@ class Reads(Protocol):
 
     @property
     def in_transaction(self) -> bool: ...
-
-
-class Reading:
-    """A read transaction on a :class:`ReadConnection` (nothing new when one is open)."""
-
-    __slots__ = ("connection", "opened")
-
-    def __init__(self, connection: ReadConnection) -> None:
-        self.connection = connection
-        self.opened = False
-
-    def __enter__(self) -> None:
-        self.opened = self.connection.begin()
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.opened:
-            self.opened = False
-            self.connection.commit()

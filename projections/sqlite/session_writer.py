@@ -3,64 +3,33 @@
 from __future__ import annotations
 
 import json
-import logging
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from memstream.projections.session_projector import (
-    ClearSession,
-    DeleteMessages,
     ForgetPurged,
-    InsertCompaction,
     InsertMessage,
-    RecordPosition,
-    RecordPrompt,
-    RecordSkill,
     SessionWrite,
     UpdateMessage,
     indexed_text,
-    next_version,
+)
+from memstream.projections.sql.dialect import SQLITE
+from memstream.projections.sql.session_tree import (
+    Recorded,
+    SessionKeys,
+    SqlSessionTree,
+    Stored,
+    size_of,
 )
 from memstream.projections.sqlite.message_rows import SessionRowsExhausted, mid_range
 
-
-def session_key(connection: sqlite3.Connection, namespace: str, session_id: str) -> int:
-    """The integer key of a session, created on first use."""
-    row = connection.execute(
-        "SELECT sid FROM session_keys WHERE namespace = ? AND session_id = ?",
-        (namespace, session_id),
-    ).fetchone()
-    if row:
-        return int(row[0])
-    cursor = connection.execute(
-        "INSERT INTO session_keys (namespace, session_id) VALUES (?, ?)", (namespace, session_id)
-    )
-    return int(cursor.lastrowid or 0)
-
-
-@dataclass(frozen=True, slots=True)
-class _Stored:
-    """A message row just inserted, with its path aggregates: the parent of the next message
-    of a chain, found without a lookup."""
-
-    sid: int
-    id: str
-    mid: int
-    depth: int
-    path_bytes: int
-
-
-# Entries SessionRows keeps of each kind before it starts again (a few MiB at most).
-logger = logging.getLogger(__name__)
-ROWS_KEPT = 4096
 # A chain of at least this many new messages (an append_messages) is inserted in one
 # executemany, its row ids and path aggregates worked out here (see _insert_chain).
 CHAIN_ROWS = 8
 
 
-class SessionRows:
+class SessionRows(SessionKeys):
     """What the writes learnt of the read model, and the writes they still owe it.
 
     Session keys, and each session's last inserted row (the parent of its next message in a
@@ -79,26 +48,14 @@ class SessionRows:
     (bench/RESULTS.md, 'Figures moved from code comments').
     """
 
-    __slots__ = ("children", "counts", "positions", "sids", "texts", "tips", "versions")
+    dialect = SQLITE
+
+    __slots__ = ("children", "texts")
 
     def __init__(self) -> None:
-        self.sids: dict[tuple[str, str], int] = {}
-        self.tips: dict[int, _Stored] = {}
+        super().__init__()
         self.texts: list[tuple[int, str]] = []  # (rowid, text) to index
         self.children: list[tuple[int]] = []  # parents (mid) that gained a child
-        self.counts: dict[int, int] = {}  # messages added to each session (sid)
-        self.positions: dict[tuple[str, str], tuple[int, int]] = {}  # (seq, version)
-        self.versions: dict[tuple[str, str], int] = {}  # each session's last version applied
-
-    def forget(self) -> None:
-        """Drop everything, the unwritten writes included (their transaction rolled back)."""
-        self.versions.clear()
-        self.sids.clear()
-        self.tips.clear()
-        self.texts.clear()
-        self.children.clear()
-        self.counts.clear()
-        self.positions.clear()
 
     def flush(self, connection: sqlite3.Connection) -> None:
         """Write what the writes so far still owe the read model."""
@@ -132,20 +89,6 @@ class SessionRows:
                 [(*key, seq, version) for key, (seq, version) in self.positions.items()],
             )
             self.positions.clear()
-
-    def sid(self, connection: sqlite3.Connection, namespace: str, session_id: str) -> int:
-        key = (namespace, session_id)
-        sid = self.sids.get(key)
-        if sid is None:
-            if len(self.sids) >= ROWS_KEPT:
-                self.sids.clear()
-            sid = self.sids[key] = session_key(connection, namespace, session_id)
-        return sid
-
-    def stored(self, row: _Stored) -> None:
-        if len(self.tips) >= ROWS_KEPT and row.sid not in self.tips:
-            self.tips.clear()
-        self.tips[row.sid] = row
 
 
 def apply_session_writes(
@@ -184,17 +127,8 @@ def _apply_session_writes(
                     index += len(run) - 1
                     continue
                 row_by_row = index + len(run)
-        if isinstance(write, RecordPosition):
-            _check_version(connection, write, rows)
-            rows.positions[(write.namespace, write.session_id)] = (write.seq, write.version)
-            continue
-        if isinstance(write, ForgetPurged):
-            rows.flush(connection)
-            _forget_purged(connection, write)
-            rows.forget()
-            continue
-        if isinstance(write, RecordPrompt | RecordSkill):
-            _record_state(connection, write)
+        if isinstance(write, Recorded):
+            SqliteSessionTree.record(connection, write, rows)
             continue
         sid = rows.sid(connection, write.namespace, write.session_id)
         if isinstance(write, InsertMessage):
@@ -209,53 +143,7 @@ def _apply_session_writes(
         # search rows or read children counts: what is owed is written first.
         rows.tips.pop(sid, None)
         rows.flush(connection)
-        if isinstance(write, UpdateMessage):
-            _update(connection, sid, write)
-        elif isinstance(write, DeleteMessages):
-            for message_id in write.message_ids:
-                if _delete(connection, sid, message_id):
-                    counts[sid] = counts.get(sid, 0) - 1
-        elif isinstance(write, ClearSession):
-            _clear(connection, sid)
-            connection.execute("UPDATE session_keys SET messages = 0 WHERE sid = ?", (sid,))
-            counts[sid] = 0
-            # A clear also unloads the session's skills (its frozen prompt stays).
-            connection.execute(
-                "UPDATE session_state SET loaded_skills = '[]' "
-                "WHERE namespace = ? AND session_id = ?",
-                (write.namespace, write.session_id),
-            )
-        elif isinstance(write, InsertCompaction):
-            connection.execute(
-                "INSERT INTO compactions (sid, id, summary, from_message_id, to_message_id, "
-                "position, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    sid,
-                    write.compaction_id,
-                    write.summary,
-                    write.from_message_id,
-                    write.to_message_id,
-                    write.position,
-                    write.created_at,
-                ),
-            )
-
-
-def _check_version(
-    connection: sqlite3.Connection, write: RecordPosition, rows: SessionRows
-) -> None:
-    """Warn of versions of the session missing before ``write``'s (see
-    :func:`missing_versions`); the event is applied all the same."""
-
-    def stored(key: tuple[str, str]) -> int | None:
-        row = connection.execute(
-            "SELECT version FROM session_state WHERE namespace = ? AND session_id = ?", key
-        ).fetchone()
-        return None if row is None else int(row[0])
-
-    gap = next_version(rows.versions, write, stored)
-    if gap is not None:
-        logger.warning("%s", gap)
+        SqliteSessionTree.change(connection, sid, write, counts)
 
 
 def _clear(connection: sqlite3.Connection, sid: int) -> None:
@@ -287,44 +175,22 @@ def _forget_purged(connection: sqlite3.Connection, write: ForgetPurged) -> None:
         )
 
 
-# Moves a subtree's path aggregates by (:depth, :bytes): its root's path changed above it. The
-# walk follows the row links down (children by parent id, checked against the link); UNION
-# rather than UNION ALL, so that it ends even on a damaged read model whose links form a loop.
-_SHIFT_SUBTREE = """
-WITH RECURSIVE subtree (mid, id) AS (
-    SELECT mid, id FROM messages WHERE mid = :root
-    UNION
-    SELECT c.mid, c.id FROM subtree JOIN messages AS c
-    ON c.sid = :sid AND c.parent_id = subtree.id AND c.parent_mid = subtree.mid
-)
-UPDATE messages SET depth = depth + :depth, path_bytes = path_bytes + :bytes
-WHERE mid IN (SELECT mid FROM subtree)
-"""
-
-
-def _shift_subtree(
-    connection: sqlite3.Connection, sid: int, root: int, depth: int, size: int
-) -> None:
-    if depth or size:
-        connection.execute(
-            _SHIFT_SUBTREE, {"sid": sid, "root": root, "depth": depth, "bytes": size}
-        )
-
-
 def _insert(
     connection: sqlite3.Connection,
     sid: int,
     write: InsertMessage,
-    last: _Stored | None,
+    last: Stored | None,
     parents: list[tuple[int]],
-) -> _Stored | None:
+) -> Stored | None:
     """Insert a message; the inserted row, or ``None`` if its id was already stored (the domain
     never appends an existing id: keep the first content if it did). Its parent's children
     count is owed (added to ``parents``)."""
     # The row takes its path aggregates from its parent's row (a root: depth 0, its own bytes).
-    parent_mid, depth, path_bytes = _parent_of(connection, sid, write.parent_id, last)
+    parent_mid, depth, path_bytes = SqliteSessionTree.parent_of(
+        connection, sid, write.parent_id, last
+    )
     depth += 1
-    size = len(write.content.encode("utf-8", "surrogatepass"))
+    size = size_of(write.content)
     path_bytes += size
     # The row takes the next id of its session's range. A message re-appended after a delete
     # counts the orphans that point at it.
@@ -345,27 +211,10 @@ def _insert(
         raise SessionRowsExhausted(f"session key {sid}: no row ids left in its range")
     if parent_mid is not None:
         parents.append((parent_mid,))
-    # Orphans left by a delete of this id point at it again (rare: only after a delete), and
-    # their subtrees' paths now run through it.
-    orphans = (
-        connection.execute(
-            "SELECT mid, depth, bytes, path_bytes FROM messages "
-            "WHERE sid = ? AND parent_id = ? AND parent_mid IS NULL",
-            (sid, write.message_id),
-        ).fetchall()
-        if children
-        else []
-    )
-    for orphan, orphan_depth, orphan_bytes, orphan_path_bytes in orphans:
-        connection.execute("UPDATE messages SET parent_mid = ? WHERE mid = ?", (mid, orphan))
-        _shift_subtree(
-            connection,
-            sid,
-            orphan,
-            depth + 1 - orphan_depth,
-            path_bytes + orphan_bytes - orphan_path_bytes,
-        )
-    return _Stored(sid, write.message_id, mid, depth, path_bytes)
+    stored = Stored(sid, write.message_id, mid, depth, path_bytes)
+    if children:  # orphans left by a delete of this id (rare: only after a delete)
+        SqliteSessionTree.adopt_orphans(connection, stored)
+    return stored
 
 
 def _row(sid: int, write: InsertMessage, parent_mid: int | None, size: int) -> tuple[Any, ...]:
@@ -425,7 +274,9 @@ def _insert_chain(
         ).fetchone()
         if clash is not None:
             return False
-    parent_mid, depth, path_bytes = _parent_of(connection, sid, first.parent_id, rows.tips.get(sid))
+    parent_mid, depth, path_bytes = SqliteSessionTree.parent_of(
+        connection, sid, first.parent_id, rows.tips.get(sid)
+    )
     low, high = mid_range(sid)
     (mid,) = connection.execute(
         "SELECT coalesce(max(mid), ?1) FROM messages WHERE mid BETWEEN ?1 AND ?2", (low, high)
@@ -439,7 +290,7 @@ def _insert_chain(
     for index, write in enumerate(run):
         mid += 1
         depth += 1
-        size = len(write.content.encode("utf-8", "surrogatepass"))
+        size = size_of(write.content)
         path_bytes += size
         values.append(
             (
@@ -459,25 +310,9 @@ def _insert_chain(
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         values,
     )
-    rows.stored(_Stored(sid, run[-1].message_id, mid, depth, path_bytes))
+    rows.stored(Stored(sid, run[-1].message_id, mid, depth, path_bytes))
     rows.counts[sid] = rows.counts.get(sid, 0) + len(run)
     return True
-
-
-def _parent_of(
-    connection: sqlite3.Connection, sid: int, parent_id: str | None, last: _Stored | None
-) -> tuple[int | None, int, int]:
-    """The row id and path aggregates (depth, path bytes) of a new message's parent row: depth
-    -1 and no bytes for a root or a parent that is not stored. In a chain the parent is the row
-    inserted just before: no lookup."""
-    if parent_id is None:
-        return None, -1, 0
-    if last is not None and last.sid == sid and last.id == parent_id:
-        return last.mid, last.depth, last.path_bytes
-    row = connection.execute(
-        "SELECT mid, depth, path_bytes FROM messages WHERE sid = ? AND id = ?", (sid, parent_id)
-    ).fetchone()
-    return (None, -1, 0) if row is None else (row[0], row[1], row[2])
 
 
 def _unindex(connection: sqlite3.Connection, rows: Iterable[tuple[int, str]]) -> None:
@@ -489,82 +324,41 @@ def _unindex(connection: sqlite3.Connection, rows: Iterable[tuple[int, str]]) ->
     )
 
 
-def _update(connection: sqlite3.Connection, sid: int, write: UpdateMessage) -> None:
-    row = connection.execute(
-        "SELECT mid, bytes, content FROM messages WHERE sid = ? AND id = ?",
-        (sid, write.message_id),
-    ).fetchone()
-    if row is None:
-        return
-    mid, old_size, old_content = row
-    _unindex(connection, [(mid, old_content)])
-    size = len(write.content.encode("utf-8", "surrogatepass"))
-    connection.execute(
-        "UPDATE messages SET content = ?, bytes = ? WHERE mid = ?", (write.content, size, mid)
-    )
-    # Every path through this row changes by the difference in size.
-    _shift_subtree(connection, sid, mid, 0, size - old_size)
-    if write.text:
+class SqliteSessionTree(SqlSessionTree):
+    """The session writes written once, on SQLite: its FTS5 index is contentless, so a row's
+    terms are named by its text again to delete them."""
+
+    dialect = SQLITE
+
+    @classmethod
+    def _unindex(cls, connection: sqlite3.Connection, mid: int, content: str) -> None:
+        _unindex(connection, [(mid, content)])
+
+    @classmethod
+    def _clear(cls, connection: sqlite3.Connection, sid: int) -> None:
+        _clear(connection, sid)
+
+    @classmethod
+    def _forget_purged(cls, connection: sqlite3.Connection, write: ForgetPurged) -> None:
+        _forget_purged(connection, write)
+
+    @classmethod
+    def _update(cls, connection: sqlite3.Connection, sid: int, write: UpdateMessage) -> None:
+        row = connection.execute(
+            "SELECT mid, bytes, content FROM messages WHERE sid = ? AND id = ?",
+            (sid, write.message_id),
+        ).fetchone()
+        if row is None:
+            return
+        mid, old_size, old_content = row
+        _unindex(connection, [(mid, old_content)])
+        size = size_of(write.content)
         connection.execute(
-            "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", (mid, write.text)
+            "UPDATE messages SET content = ?, bytes = ? WHERE mid = ?", (write.content, size, mid)
         )
-
-
-def _delete(connection: sqlite3.Connection, sid: int, message_id: str) -> bool:
-    """Delete a message (``False``: it was not stored)."""
-    row = connection.execute(
-        "SELECT mid, parent_id, depth, path_bytes, content FROM messages WHERE sid = ? AND id = ?",
-        (sid, message_id),
-    ).fetchone()
-    if row is None:
-        return False
-    mid, parent_id, depth, path_bytes, content = row
-    # Each child becomes the root of its path: its subtree loses this row and all above it.
-    children = connection.execute(
-        "SELECT mid FROM messages WHERE sid = ? AND parent_id = ? AND parent_mid = ?",
-        (sid, message_id, mid),
-    ).fetchall()
-    for (child,) in children:
-        _shift_subtree(connection, sid, child, -(depth + 1), -path_bytes)
-    _unindex(connection, [(mid, content)])
-    connection.execute("DELETE FROM messages WHERE mid = ?", (mid,))
-    # Children keep their parent id but lose the link: a later row may reuse this rowid.
-    connection.execute(
-        "UPDATE messages SET parent_mid = NULL WHERE sid = ? AND parent_id = ?", (sid, message_id)
-    )
-    if parent_id is not None:
-        connection.execute(
-            "UPDATE messages SET child_count = child_count - 1 WHERE sid = ? AND id = ?",
-            (sid, parent_id),
-        )
-    return True
-
-
-def _record_state(connection: sqlite3.Connection, write: RecordPrompt | RecordSkill) -> None:
-    """The session's decision-state row (its position is written by :meth:`SessionRows.flush`,
-    after it in the same transaction: until then the row may be new)."""
-    key = (write.namespace, write.session_id)
-    connection.execute(
-        "INSERT OR IGNORE INTO session_state (namespace, session_id, last_seq, version) "
-        "VALUES (?, ?, 0, 0)",
-        key,
-    )
-    if isinstance(write, RecordPrompt):
-        connection.execute(
-            "UPDATE session_state SET frozen_prompt = ? WHERE namespace = ? AND session_id = ?",
-            (write.prompt, *key),
-        )
-        return
-    row = connection.execute(
-        "SELECT loaded_skills FROM session_state WHERE namespace = ? AND session_id = ?", key
-    ).fetchone()
-    skills: list[str] = json.loads(row[0])
-    # As the aggregate's dict: a skill keeps its place when loaded again.
-    if write.loaded and write.skill not in skills:
-        skills.append(write.skill)
-    elif not write.loaded and write.skill in skills:
-        skills.remove(write.skill)
-    connection.execute(
-        "UPDATE session_state SET loaded_skills = ? WHERE namespace = ? AND session_id = ?",
-        (json.dumps(skills), *key),
-    )
+        # Every path through this row changes by the difference in size.
+        cls.shift_subtree(connection, sid, mid, 0, size - old_size)
+        if write.text:
+            connection.execute(
+                "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", (mid, write.text)
+            )

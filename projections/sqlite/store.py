@@ -16,22 +16,20 @@ from collections.abc import Callable, Generator, Hashable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from memstream.domain.context import ContextDocument, SearchIndex
 from memstream.domain.errors import ReadModelDamagedError
-from memstream.domain.session import SessionAggregate
-from memstream.domain.session_registry import SessionRecord
 from memstream.projections.ports import (
     Difference,
     LogRecord,
     OnDamage,
     ProjectorStats,
     ReadModelStore,
-    SnapshotSource,
     TextEncoder,
     run_steps,
 )
 from memstream.projections.registry import PARTITIONABLE, PROJECTIONS, PROJECTOR_PROJECTIONS
-from memstream.projections.sqlite.analytics import SqliteAnalyticsQueries
+from memstream.projections.sql.analytics import SqlAnalyticsQueries
+from memstream.projections.sql.dialect import SQLITE
+from memstream.projections.sql.snapshots import SnapshotSources
 from memstream.projections.sqlite.batches import (
     BatchMemo,
     BatchTransaction,
@@ -42,10 +40,6 @@ from memstream.projections.sqlite.batches import (
 from memstream.projections.sqlite.checkpointer import Checkpointer, defer_checkpoints
 from memstream.projections.sqlite.checksum import checksum, first_difference
 from memstream.projections.sqlite.context_queries import SqliteContextQueries
-from memstream.projections.sqlite.context_snapshots import (
-    SqliteDocumentSnapshots,
-    SqliteSearchSnapshots,
-)
 from memstream.projections.sqlite.copy import ProjectorLock, copy_id
 from memstream.projections.sqlite.damage import damage_translated
 from memstream.projections.sqlite.database import (
@@ -68,11 +62,9 @@ from memstream.projections.sqlite.memory_queries import SqliteMemoryQueries
 from memstream.projections.sqlite.read_connection import ReadConnection
 from memstream.projections.sqlite.read_guard import guarded
 from memstream.projections.sqlite.registry_queries import (
-    SqliteRecordSnapshots,
     SqliteRegistryQueries,
 )
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
-from memstream.projections.sqlite.session_snapshots import SqliteSessionSnapshots
 from memstream.projections.tracking import TrackingRows
 
 logger = logging.getLogger(__name__)
@@ -246,11 +238,14 @@ class SqliteReadModelStore:
             self._scratch = None
 
 
-class SqliteReadModels:
+class SqliteReadModels(SnapshotSources):
     """The read side on one connection: queries (damage handed to ``on_damage``), snapshot
     sources, positions. Reads go through the connection of a projector of this process while
     it is idle on the same file (``lender``; see
     :class:`~memstream.projections.sqlite.read_connection.ReadConnection`)."""
+
+    dialect = SQLITE
+    reads: ReadConnection
 
     def __init__(
         self,
@@ -265,7 +260,7 @@ class SqliteReadModels:
         self.context = guarded(SqliteContextQueries(reads), on_damage)
         self.registry = guarded(SqliteRegistryQueries(reads), on_damage)
         self.memory = guarded(SqliteMemoryQueries(reads), on_damage)
-        self.analytics = guarded(SqliteAnalyticsQueries(reads), on_damage)
+        self.analytics = guarded(SqlAnalyticsQueries(reads, SQLITE), on_damage)
 
     def _lend(self) -> sqlite3.Connection | None:
         """The lender's connection, when it has one idle on the file read here."""
@@ -288,18 +283,6 @@ class SqliteReadModels:
 
     def lent(self) -> bool:
         return self.reads.current() is not self.connection
-
-    def session_snapshots(self, namespace: str) -> SnapshotSource[SessionAggregate]:
-        return SqliteSessionSnapshots(self.reads, namespace)
-
-    def document_snapshots(self, namespace: str) -> SnapshotSource[ContextDocument]:
-        return SqliteDocumentSnapshots(self.reads, namespace)
-
-    def search_snapshots(self, namespace: str) -> SnapshotSource[SearchIndex]:
-        return SqliteSearchSnapshots(self.reads, namespace)
-
-    def record_snapshots(self, namespace: str) -> SnapshotSource[SessionRecord]:
-        return SqliteRecordSnapshots(self.reads, namespace)
 
     def tracked_partitions(self, projection: str) -> dict[int, int]:
         with damage_translated():
