@@ -49,7 +49,9 @@ async def reading(settings: Settings, as_of: str | None, *projections: str) -> A
         async with connected(settings) as ms:
             for projection in projections:
                 await ms.sync(projection)
-            yield Reads(ms.namespace, ms.session_queries, ms.context_queries, ms, None)
+            yield Reads(
+                ms.namespace, ms.core.reads.session_queries, ms.core.reads.context_queries, ms, None
+            )
         return
     when = parse_as_of(as_of)  # before connecting: a typo fails fast
     async with connected(settings, workers=False) as ms:

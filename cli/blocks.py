@@ -151,7 +151,7 @@ def show_prompt(
     async def main() -> str | None:
         async with connected(settings) as ms:
             await ms.sync("context")
-            return ms.context_queries.cached_prompt(ms.namespace, session)
+            return ms.core.reads.context_queries.cached_prompt(ms.namespace, session)
 
     prompt = run(main())
     if as_json:

@@ -58,7 +58,7 @@ async def _up(settings: Settings, *, demo: bool, metrics: tuple[int | None, str]
     # With a remote NATS this process is the projector; embedded, the owner of the data dir is.
     workers = True if settings.nats_url is not None else None
     async with connected(settings, workers=workers) as ms:
-        runtime = ms.runtime
+        runtime = ms.core.runtime
         owner = runtime is None or runtime.owner
         url = redact_url(runtime.url if runtime is not None else str(settings.nats_url))
         if not owner and not demo:
@@ -69,13 +69,16 @@ async def _up(settings: Settings, *, demo: bool, metrics: tuple[int | None, str]
             settings.stream,
             settings.namespace,
             "in this process"
-            if ms.projector is not None
+            if ms.core.workers.projector is not None
             else "in the process that owns the data dir",
         )
         if demo:
             show_demo(await run_demo(ms))
             return
-        following = serve_metrics(*metrics, lambda: (ms.projector, ms.indexer, ms.extractor))
+        following = serve_metrics(
+            *metrics,
+            lambda: (ms.core.workers.projector, ms.core.workers.indexer, ms.core.workers.extractor),
+        )
         note("memstream is up; press Ctrl-C to stop")
         try:
             await until_signal()

@@ -212,7 +212,7 @@ def append(
         async with connected(settings) as ms:
             seq = await ms.session(session).append_message(message, parent_id)
             try:
-                await ms.wait_for_sessions(seq)
+                await ms.wait_for("sessions", seq)
             except ProjectionLagError as error:  # stored; only not readable yet
                 note(f"warning: appended, but not readable yet ({error}); is a projector running?")
             return seq

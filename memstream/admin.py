@@ -28,6 +28,7 @@ from typing import IO, Any
 
 from memstream.client import Memstream
 from memstream.domain.errors import NotFoundError, ReadModelAheadError
+from memstream.domain.redaction import redact_url
 from memstream.projections.analytics_rows import DIMENSIONS, grouped
 from memstream.projections.overview import session_overview as _session_overview
 from memstream.projections.ports import (
@@ -74,7 +75,16 @@ from memstream.workers.admin.time_travel import (
     sequence_as_of,
 )
 from memstream.workers.log.codec import CommandMeta
+from memstream.workers.log.durability import (
+    ServerSync,
+    StreamCopy,
+    configured_sync,
+    monitored_copies,
+    monitored_sync,
+)
+from memstream.workers.log.event_log import nats_servers
 from memstream.workers.log.server_version import server_version
+from memstream.workers.runtime.nats_server import CONFIG_FILE
 
 __all__ = [
     "AGGREGATE_KINDS",
@@ -126,16 +136,44 @@ Progress = Callable[[int, int], None]
 # -- the platform ------------------------------------------------------------------------------
 
 
+async def _stream_copies(ms: Memstream) -> list[StreamCopy]:
+    """Each server's own copy of the stream, read from the monitoring endpoints the
+    settings name (``MEMSTREAM_NATS_MONITOR_URL``); none without them."""
+    if not ms.settings.nats_monitor_url:
+        return []
+    return await monitored_copies(ms.settings.nats_monitor_url, ms.core.log.stream)
+
+
+async def _durability(ms: Memstream) -> list[ServerSync]:
+    """Each log server's fsync policy, as far as it can be read: the embedded server's from
+    the config this data dir gave it, an external cluster's from the monitoring endpoints
+    the settings name (``MEMSTREAM_NATS_MONITOR_URL``), else unknown."""
+    settings = ms.settings
+    if ms.core.runtime is not None:
+        path = settings.data_dir / CONFIG_FILE
+        policy = await asyncio.to_thread(configured_sync, path)
+        return [ServerSync("embedded nats-server", policy, f"its config {path}")]
+    if settings.nats_monitor_url:
+        return await monitored_sync(settings.nats_monitor_url)
+    return [
+        ServerSync(
+            ",".join(redact_url(u) for u in nats_servers(settings.nats_url or "")),
+            None,
+            "set MEMSTREAM_NATS_MONITOR_URL to the servers' monitoring endpoints to check it",
+        )
+    ]
+
+
 async def status(ms: Memstream, *, dead_letters: int = 5) -> PlatformStatus:
     """The stream, its consumers, each projection's position and lag, the latest
     ``dead_letters`` dead letters, the servers' fsync policy and the stream's replicas; its
     ``problems`` name what is wrong."""
     return await platform_status(
-        ms.log,
-        ms.read_models,
+        ms.core.log,
+        ms.core.reads.read_models,
         dead_letter_limit=dead_letters,
-        durability=await ms.durability(),
-        stream_copies=await ms.stream_copies(),
+        durability=await _durability(ms),
+        stream_copies=await _stream_copies(ms),
     )
 
 
@@ -143,14 +181,17 @@ async def doctor(ms: Memstream) -> list[Finding]:
     """Every check of ``memstream doctor`` (fsync policy, the read model against the log, dead
     letters, lag sampled twice when there is any, replicas, server versions), each with the
     command that mends it when it is wrong."""
-    durability = await ms.durability()
-    first = await platform_status(ms.log, ms.read_models, durability=durability)
+    durability = await _durability(ms)
+    first = await platform_status(ms.core.log, ms.core.reads.read_models, durability=durability)
     await asyncio.sleep(SAMPLE_SECONDS if any(p.lag for p in first.projections) else 0)
     second = await platform_status(
-        ms.log, ms.read_models, durability=durability, stream_copies=await ms.stream_copies()
+        ms.core.log,
+        ms.core.reads.read_models,
+        durability=durability,
+        stream_copies=await _stream_copies(ms),
     )
-    reported = server_version(ms.client)
-    runtime = ms.runtime
+    reported = server_version(ms.core.nats)
+    runtime = ms.core.runtime
     return diagnose(
         first,
         second,
@@ -166,10 +207,10 @@ async def doctor(ms: Memstream) -> list[Finding]:
 async def projections(ms: Memstream) -> list[ProjectionStatus]:
     """Each projection of this client's read-model copy: the sequence it has applied, its lag."""
     return projection_statuses(
-        ms.read_models,
-        await ms.log.stream_last_seq(),
-        await profiles_last_seq(ms.log),
-        await ms.log.partition_ends(),
+        ms.core.reads.read_models,
+        await ms.core.log.stream_last_seq(),
+        await profiles_last_seq(ms.core.log),
+        await ms.core.log.partition_ends(),
     )
 
 
@@ -193,10 +234,12 @@ async def rebuild(
     the sequence reached."""
     chosen = list(names) if names else None
     if as_of is not None:
-        seq = await sequence_as_of(ms.log, as_of)
-        return await build_as_of(ms.log, copy, seq, chosen, progress=progress)
+        seq = await sequence_as_of(ms.core.log, as_of)
+        return await build_as_of(ms.core.log, copy, seq, chosen, progress=progress)
     # With the embedding model (loaded only if there are texts): vectors too.
-    return await _rebuild(ms.log, copy, chosen, progress=progress, encoder=ms.encoder)
+    return await _rebuild(
+        ms.core.log, copy, chosen, progress=progress, encoder=ms.core.recall.encoder
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,28 +270,29 @@ async def verify(
     Raises:
         ReadModelAheadError: the copy holds events the log does not.
     """
-    gap = ms.found_ahead
+    gap = ms.core.reads.found_ahead
     if gap is not None:
-        if ms.projector is not None and ms.settings.database_url is None:
+        location = ms.core.reads.copy.location
+        if ms.core.workers.projector is not None and ms.settings.database_url is None:
             # The embedded default's projector (this process's) moves it aside now.
             raise ReadModelAheadError(
-                f"read model {ms.copy.location}: {gap.describe()}; it was moved aside and is "
+                f"read model {location}: {gap.describe()}; it was moved aside and is "
                 "rebuilt from the log"
             )
-        raise ReadModelAheadError(gap.refusal(ms.copy.location))
-    encoder = ms.encoder if names and "vectors" in names else None
+        raise ReadModelAheadError(gap.refusal(location))
+    encoder = ms.core.recall.encoder if names and "vectors" in names else None
     chosen = list(names) if names else None
-    if not chosen and ms.analytics is not None:  # counted here: verified too
+    if not chosen and ms.core.workers.analytics is not None:  # counted here: verified too
         chosen = list(MODEL_FREE_PROJECTIONS)
     results = await _verify(
-        ms.log, ms.copy, chosen, as_of=as_of, progress=progress, encoder=encoder
+        ms.core.log, ms.core.reads.copy, chosen, as_of=as_of, progress=progress, encoder=encoder
     )
-    tracked = {s.name: s.tracked_seq for s in projection_statuses(ms.read_models, 0)}
+    tracked = {s.name: s.tracked_seq for s in projection_statuses(ms.core.reads.read_models, 0)}
     comparable = {}
     for result in results:
         # By partition, a partition's row stays at its last event: the model is at
         # result.seq when none is past it (verify waited for each partition's last event).
-        partitions = ms.read_models.tracked_partitions(result.projection)
+        partitions = ms.core.reads.read_models.tracked_partitions(result.projection)
         comparable[result.projection] = (
             max(partitions.values()) <= result.seq and as_of is None
             if partitions
@@ -260,7 +304,7 @@ async def verify(
 async def forget_copy(ms: Memstream, copy_id: str) -> list[str]:
     """Delete the durable consumers of a read-model copy that no longer exists (this client's
     own is refused); returns their names."""
-    return await _forget_copy(ms.log, copy_id, local=ms.copy_id)
+    return await _forget_copy(ms.core.log, copy_id, local=ms.core.reads.copy_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +325,7 @@ async def as_of(
 ) -> AsOfReads:
     """The session and context read models as they were at ``when`` (a sequence or a time,
     :func:`parse_as_of`), from a copy built once and cached under the data dir."""
-    seq, models = await as_of_reads(ms.log, ms.settings.data_dir, when, progress=progress)
+    seq, models = await as_of_reads(ms.core.log, ms.settings.data_dir, when, progress=progress)
     return AsOfReads(seq, models.sessions, models.context, models)
 
 
@@ -293,7 +337,9 @@ async def session_overview(ms: Memstream, session_id: str) -> dict[str, Any]:
     """
     await ms.sync("sessions")
     await ms.sync("context")
-    overview = _session_overview(ms.session_queries, ms.context_queries, ms.namespace, session_id)
+    overview = _session_overview(
+        ms.core.reads.session_queries, ms.core.reads.context_queries, ms.namespace, session_id
+    )
     if overview is None:
         raise NotFoundError(f"session {session_id!r} not found in namespace {ms.namespace!r}")
     return overview
@@ -310,7 +356,7 @@ async def purge(
     namespace with the client's actor; with ``dry_run`` only report them. Cached ``--as-of``
     copies of this data dir are deleted once anything was erased."""
     report = await _purge(
-        ms.log, older_than, meta=CommandMeta(actor=ms.actor), dry_run=dry_run, wait=wait
+        ms.core.log, older_than, meta=CommandMeta(actor=ms.actor), dry_run=dry_run, wait=wait
     )
     if not dry_run and report.records:
         clear_cache(ms.settings.data_dir)
@@ -321,20 +367,20 @@ async def session_trail(ms: Memstream, session_id: str) -> list[AuditEvent]:
     """Every event that shaped a session, oldest first: messages, overlays, prompt, skills,
     registration and its built-in context blocks."""
     await ms.sync("context")  # (the session's block labels)
-    labels = [b["label"] for b in ms.context_queries.blocks(ms.namespace, session_id)]
-    return await _session_trail(ms.log, ms.namespace, session_id, labels)
+    labels = [b["label"] for b in ms.core.reads.context_queries.blocks(ms.namespace, session_id)]
+    return await _session_trail(ms.core.log, ms.namespace, session_id, labels)
 
 
 async def memory_trail(
     ms: Memstream, memory_id: str, profile: str | None = None
 ) -> list[AuditEvent]:
     """Every event that shaped a memory, oldest first (``profile``: read only its events)."""
-    return await _memory_trail(ms.log, ms.namespace, memory_id, profile)
+    return await _memory_trail(ms.core.log, ms.namespace, memory_id, profile)
 
 
 def events(ms: Memstream, query: EventQuery) -> AsyncIterator[AuditEvent]:
     """The events ``query`` selects, in log order, up to the log's end when it starts."""
-    return read_events(ms.log, query)
+    return read_events(ms.core.log, query)
 
 
 def tail(
@@ -342,7 +388,7 @@ def tail(
 ) -> AsyncIterator[AuditEvent]:
     """The last ``count`` events ``query`` selects (or all from its ``from_seq``), then, with
     ``follow``, each new one as it is stored."""
-    return tail_events(ms.log, query, count=count, follow=follow)
+    return tail_events(ms.core.log, query, count=count, follow=follow)
 
 
 async def event_at(ms: Memstream, seq: int) -> AuditEvent:
@@ -351,9 +397,9 @@ async def event_at(ms: Memstream, seq: int) -> AuditEvent:
     Raises:
         NotFoundError: there is none (the log's last sequence is named).
     """
-    async for event in read_events(ms.log, EventQuery(from_seq=seq, to_seq=seq)):
+    async for event in read_events(ms.core.log, EventQuery(from_seq=seq, to_seq=seq)):
         return event
-    last = await ms.log.stream_last_seq()
+    last = await ms.core.log.stream_last_seq()
     raise NotFoundError(f"no event at sequence {seq}; the log's last sequence is {last}")
 
 
@@ -361,7 +407,7 @@ async def export_events(ms: Memstream, query: EventQuery, file: IO[str]) -> int:
     """Write the events ``query`` selects to ``file`` as ``events export`` lines (JSONL, one
     object per event: what :func:`import_events` loads); returns how many."""
     exported = 0
-    async for event in read_events(ms.log, query):
+    async for event in read_events(ms.core.log, query):
         file.write(json.dumps(event.export_json(), ensure_ascii=False, default=str) + "\n")
         exported += 1
     return exported
@@ -378,5 +424,5 @@ async def import_events(
     """Load an export (``events export``'s JSONL at ``path``, checked whole first) into the
     client's stream, empty unless ``force``."""
     return await _import_events(
-        ms.log, path, force=force, on_total=on_total, on_progress=on_progress
+        ms.core.log, path, force=force, on_total=on_total, on_progress=on_progress
     )

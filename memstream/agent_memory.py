@@ -15,9 +15,11 @@ import binascii
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
+from memstream.commands import CommandRunner
 from memstream.domain.errors import (
     ExtractionLagError,
     InvalidInputError,
@@ -39,19 +41,24 @@ from memstream.domain.memory_input import (
 )
 from memstream.domain.memory_profile import MemoryProfile, content_id
 from memstream.home_loop import client_loop, home_loop_methods
-from memstream.projections.memory_search import query_terms
-from memstream.projections.memory_summary import summarize
 from memstream.projections.ports import MemoryQueries
-from memstream.projections.recall import (
+from memstream.projections.recall.inputs import QueryAnalysis, VectorCache
+from memstream.projections.recall.memory_search import query_terms
+from memstream.projections.recall.ranking import (
     ANSWER_CANDIDATES,
     ANSWER_CHARS,
     RecallInputs,
     recall,
 )
+from memstream.projections.recall.summary import summarize
 from memstream.projections.vector_projector import MEMORY, MESSAGE
+from memstream.read_side import ReadSide
+from memstream.read_your_writes import ReadYourWrites
+from memstream.settings import Settings
+from memstream.summarizers import OpenAICompatibleSummarizer
+from memstream.workers.indexer import LazyEncoder
 from memstream.workers.log.aggregate_store import CommandResult, Decide, Decided
 from memstream.workers.log.codec import CommandMeta
-from memstream.workers.recall_inputs import QueryAnalysis, VectorCache
 
 logger = logging.getLogger(__name__)
 
@@ -63,39 +70,59 @@ _POLL: Final = (0.005, 0.1)  # first and longest pause between looks at the extr
 Records = list[dict[str, Any]]
 
 
-class MemoryClient(Protocol):
-    """What Agent Memory uses of its connected memstream (:class:`memstream.client.Memstream`)."""
+@dataclass
+class RecallModels:
+    """The models recall computes with besides the read models: the embedding model (the indexer's
+    too, loaded at its first use), query analysis, cached vectors, and the chat model that
+    writes answers."""
 
-    @property
-    def memory_queries(self) -> MemoryQueries: ...
+    settings: Settings
+    encoder: LazyEncoder
+    analysis: QueryAnalysis
+    vector_cache: VectorCache
+    _answer_model: Any = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, settings: Settings) -> RecallModels:
+        encoder = LazyEncoder(settings.embedding_model)
+        return cls(settings, encoder, QueryAnalysis(encoder), VectorCache(encoder.model_name))
+
+    def answer_model(self) -> Any:
+        """The chat model of ``MEMSTREAM_LLM_URL``/``_MODEL`` that writes recall answers
+        (``None``: none configured, answers are extractive)."""
+        settings = self.settings
+        if self._answer_model is None and settings.llm_url and settings.llm_model:
+            self._answer_model = OpenAICompatibleSummarizer(
+                settings.llm_url,
+                settings.llm_model,
+                api_key=settings.llm_api_key,
+                timeout=30.0,
+                max_retries=1,
+            )
+        return self._answer_model
+
+
+class MemoryClient(Protocol):
+    """What Agent Memory uses of its connected memstream: its parts
+    (:class:`memstream.core.Core`)."""
 
     @property
     def actor(self) -> str: ...
 
-    async def profile_command(
-        self,
-        namespace: str,
-        profile: str,
-        decide: Decide[MemoryProfile, Any],
-        meta: CommandMeta | None = None,
-    ) -> CommandResult[Any]: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
 
-    async def wait_for(self, projection: str, seq: int | None = None) -> None: ...
+    @property
+    def reads(self) -> ReadSide: ...
 
-    async def wait_for_profile(
-        self,
-        namespace: str,
-        profile: str,
-        seq: int | None = None,
-        timeout: float | None = None,
-    ) -> None: ...
+    @property
+    def ryw(self) -> ReadYourWrites: ...
 
-    def query_analysis(self) -> QueryAnalysis: ...
+    @property
+    def commands(self) -> CommandRunner: ...
 
-    def answer_model(self) -> Callable[[str], Awaitable[str]] | None:
-        """The chat model that writes recall answers (``None``: extractive answers)."""
-
-    def vector_cache(self) -> VectorCache: ...
+    @property
+    def recall(self) -> RecallModels: ...
 
 
 @home_loop_methods(client_loop)
@@ -116,24 +143,28 @@ class AgentMemory:
         # An existing profile (in the read model as of this client's reads: the log when it
         # connected, and its own writes) needs no command: a process that only reads never
         # loads the profile's aggregate, which is replayed from its events.
-        await self._ms.wait_for("memory")
-        if not self._ms.memory_queries.exists(self.namespace, name):
-            result = await self._ms.profile_command(self.namespace, name, MemoryProfile.create)
-            await self._ms.wait_for("memory", result.seq)
+        await self._ms.ryw.wait_for("memory")
+        if not self._ms.reads.memory_queries.exists(self.namespace, name):
+            result: CommandResult[None] = await self._ms.commands.profile_command(
+                self.namespace, name, MemoryProfile.create
+            )
+            await self._ms.ryw.wait_for("memory", result.seq)
         return Profile(self._ms, self.namespace, name)
 
     async def delete_profile(self, name: str) -> None:
         """Delete the profile with all its memories and messages (an unknown one: nothing)."""
         name = check_profile_name(name)
-        result = await self._ms.profile_command(self.namespace, name, MemoryProfile.delete)
-        await self._ms.wait_for("memory", result.seq)
-        await self._ms.wait_for_profile(self.namespace, name, result.seq)
+        result: CommandResult[None] = await self._ms.commands.profile_command(
+            self.namespace, name, MemoryProfile.delete
+        )
+        await self._ms.ryw.wait_for("memory", result.seq)
+        await self._ms.ryw.wait_for_profile(self.namespace, name, result.seq)
 
     async def list_profiles(self) -> Records:
         """Every profile of the namespace: ``{name, created_at, updated_at, memories,
         messages}``, by name."""
-        await self._ms.wait_for("memory")
-        return self._ms.memory_queries.profiles(self.namespace)
+        await self._ms.ryw.wait_for("memory")
+        return self._ms.reads.memory_queries.profiles(self.namespace)
 
 
 @home_loop_methods(client_loop)
@@ -150,7 +181,7 @@ class Profile:
 
     @property
     def _queries(self) -> MemoryQueries:
-        return self._ms.memory_queries
+        return self._ms.reads.memory_queries
 
     async def _command(
         self, decide: Decide[MemoryProfile, Any], command_id: str | None = None
@@ -158,10 +189,10 @@ class Profile:
         meta = CommandMeta(actor=self._ms.actor)
         if command_id is not None:
             meta = CommandMeta(command_id=command_id, actor=self._ms.actor)
-        return await self._ms.profile_command(self.namespace, self.name, decide, meta)
+        return await self._ms.commands.profile_command(self.namespace, self.name, decide, meta)
 
     async def _read(self, seq: int | None = None) -> None:
-        await self._ms.wait_for("memory", seq)
+        await self._ms.ryw.wait_for("memory", seq)
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -235,7 +266,7 @@ class Profile:
             if where is not None and where[1] is not None:
                 # Embedding 500 long messages and their memories takes more than a read.
                 remaining = max(1.0, deadline - loop.time())
-                await self._ms.wait_for_profile(self.namespace, self.name, where[1], remaining)
+                await self._ms.ryw.wait_for_profile(self.namespace, self.name, where[1], remaining)
                 return
             if loop.time() > deadline:
                 raise ExtractionLagError(source, self.name, seq, EXTRACTION_TIMEOUT)
@@ -252,7 +283,7 @@ class Profile:
         memory = await self.get(memory_id)
         result = await self._command(lambda p: p.delete_memory(memory["id"]))
         await self._read(result.seq)
-        await self._ms.wait_for_profile(self.namespace, self.name, result.seq)
+        await self._ms.ryw.wait_for_profile(self.namespace, self.name, result.seq)
         return memory
 
     async def delete_session(self, session_id: str) -> None:
@@ -260,7 +291,7 @@ class Profile:
         sid = check_memory_session_id(session_id)
         result = await self._command(lambda p: p.forget_session(sid))
         await self._read(result.seq)
-        await self._ms.wait_for_profile(self.namespace, self.name, result.seq)
+        await self._ms.ryw.wait_for_profile(self.namespace, self.name, result.seq)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -286,10 +317,10 @@ class Profile:
             else parse_time("reference_date", reference_date)
         )
         await self._read()
-        await self._ms.wait_for_profile(self.namespace, self.name)
-        analysis = self._ms.query_analysis()
+        await self._ms.ryw.wait_for_profile(self.namespace, self.name)
+        analysis = self._ms.recall.analysis
         vector = await analysis.embed_query(text)
-        cache = self._ms.vector_cache()
+        cache = self._ms.recall.vector_cache
         inputs = RecallInputs(
             terms=query_terms(text),
             query_vector=vector,
@@ -310,7 +341,7 @@ class Profile:
             thinking_level=level,
             response_length=length,
         )
-        model = self._ms.answer_model()
+        model = self._ms.recall.answer_model()
         if model is not None and result["candidates"]:
             result["answer"] = await synthesized_answer(
                 model, text, result["candidates"], length, result["answer"]

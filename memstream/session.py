@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -38,8 +39,9 @@ logger = logging.getLogger(__name__)
 
 
 class SessionClient(MemstreamPort, Protocol):
-    """What a session uses of its connected memstream (:class:`memstream.client.Memstream`,
-    which hands itself to the sessions it makes; this module does not import it)."""
+    """What a session uses of its connected memstream: its parts
+    (:class:`memstream.core.Core`, which ``Memstream.session()`` hands to the sessions it
+    makes; this module does not import it)."""
 
     @property
     def actor(self) -> str: ...
@@ -47,11 +49,8 @@ class SessionClient(MemstreamPort, Protocol):
     @property
     def log(self) -> EventLog: ...
 
-    def session_subject(self, session_id: str) -> str: ...
-
-    async def wait_for_sessions(self, seq: int | None = None) -> None: ...
-
-    async def wait_to_read_sessions(self, subject: str | None = None) -> None: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
 
 
 @home_loop_methods(client_loop)
@@ -151,7 +150,9 @@ class Session:
         self, decide: Callable[[SessionAggregate], Sequence[SessionAggregate.Event]]
     ) -> CommandResult[None]:
         await self._context.ready()
-        return await self._ms.session_command(self._session_id, decide, self.command_meta())
+        return await self._ms.commands.session_command(
+            self._session_id, decide, self.command_meta()
+        )
 
     async def append_message(self, message: MessageInput, parent_id: Any = OMITTED) -> int:
         """Append a message (omitted parent → latest leaf; ``None`` → new root).
@@ -227,7 +228,7 @@ class Session:
     async def add_compaction(self, summary: str, from_id: str, to_id: str) -> dict[str, Any]:
         """Store an overlay that reads ``from_id..to_id`` as one summary message."""
         result = await self._command(lambda s: s.add_compaction(summary, from_id, to_id))
-        await self._ms.wait_for_sessions(result.seq)
+        await self._ms.ryw.wait_for("sessions", result.seq)
         # Find ours by id: other writers may have added overlays since.
         added = cast("SessionAggregate.CompactionAdded", result.events[-1])
         compaction_id = added.compaction_id
@@ -321,7 +322,7 @@ class Session:
         if after_seq is not None:
             check_int("after_seq", after_seq, minimum=0, maximum=2**63 - 1)
         async for entry in self._ms.log.follow(
-            self._ms.session_subject(self._session_id), after_seq
+            self._ms.commands.session_subject(self._session_id), after_seq
         ):
             yield decode_event(entry.payload, entry.headers, entry.subject)
 
@@ -329,9 +330,11 @@ class Session:
 
     async def _queries(self) -> SessionQueries:
         await self._context.ready()
-        # The queries read through ms.read_models, and only this session's rows.
-        await self._ms.wait_to_read_sessions(self._ms.session_subject(self._session_id))
-        return self._ms.session_queries
+        # The queries read through the read side, and only this session's rows.
+        await self._ms.ryw.wait_to_read(
+            "sessions", subject=self._ms.commands.session_subject(self._session_id)
+        )
+        return self._ms.reads.session_queries
 
     async def get_history(
         self, leaf_id: str | None = None, *, limit: int | None = None

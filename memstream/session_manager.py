@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from memstream.context.tools import Tool, ToolSet
 from memstream.domain.context import ContextDocument, document_id
@@ -28,11 +28,9 @@ from memstream.domain.session import OMITTED, SessionAggregate
 from memstream.domain.session_registry import SessionRecord, check_name
 from memstream.domain.tool_specs import NO_RESULTS, session_search_spec
 from memstream.home_loop import client_loop, home_loop_methods
-from memstream.projections.ports import ReadModels
 from memstream.session import Session, SessionClient
 from memstream.types import SessionMessage
-from memstream.workers.log.aggregate_store import AggregateStore, CommandResult, Decide
-from memstream.workers.log.codec import CommandMeta
+from memstream.workers.log.aggregate_store import Decide
 
 SPLIT_PREFIX = "[Context from previous session]\n\n"
 HISTORY_DESCRIPTION = "Cross-session conversation history"
@@ -43,40 +41,11 @@ Messages = list[Message]
 StoredMessages = list[SessionMessage]
 
 
-class ManagerClient(SessionClient, Protocol):
-    """What a manager uses of its connected memstream (:class:`memstream.client.Memstream`)."""
-
-    @property
-    def namespace(self) -> str: ...
-
-    @property
-    def records(self) -> AggregateStore[SessionRecord]: ...
-
-    @property
-    def blocks(self) -> AggregateStore[ContextDocument]: ...
-
-    @property
-    def read_models(self) -> ReadModels: ...
-
-    async def command(
-        self,
-        store: AggregateStore[Any],
-        kind: str,
-        key: str,
-        decide: Decide[Any, Any],
-        meta: CommandMeta | None = None,
-    ) -> CommandResult[Any]: ...
-
-    async def wait_for(self, projection: str, seq: int | None = None) -> None: ...
-
-    def session(self, session_id: str = "", *, actor: str | None = None) -> Session: ...
-
-
 @home_loop_methods(client_loop)
 class SessionManager:
     """Sessions of one namespace by id, with the builder settings applied to each (§10)."""
 
-    def __init__(self, ms: ManagerClient) -> None:
+    def __init__(self, ms: SessionClient) -> None:
         self._ms = ms
         self._contexts: list[tuple[str, dict[str, Any]]] = []
         self._cached_prompt: tuple[bool, Any] = (False, None)
@@ -128,7 +97,7 @@ class SessionManager:
         not checked to be registered)."""
         session = self._sessions.get(session_id)
         if session is None:
-            session = self._ms.session(check_session_id(session_id))
+            session = Session(self._ms, check_session_id(session_id))
             for label, options in self._contexts:
                 session.with_context(label, **options)
             if self._history_label is not None:
@@ -145,8 +114,8 @@ class SessionManager:
         return session
 
     async def _record(self, session_id: str, decide: Decide[SessionRecord, Any]) -> int:
-        result = await self._ms.command(
-            self._ms.records, "registry", check_session_id(session_id), decide
+        result = await self._ms.commands.command(
+            self._ms.commands.records, "registry", check_session_id(session_id), decide
         )
         return result.seq
 
@@ -184,8 +153,8 @@ class SessionManager:
         return info
 
     async def _info(self, session_id: str, seq: int | None = None) -> dict[str, Any] | None:
-        await self._ms.wait_for("registry", seq)
-        return self._ms.read_models.registry.session(self._ms.namespace, session_id)
+        await self._ms.ryw.wait_for("registry", seq)
+        return self._ms.reads.read_models.registry.session(self._ms.namespace, session_id)
 
     async def get(self, session_id: str) -> dict[str, Any] | None:
         """The session's ``SessionInfo``, or ``None`` when it is not registered."""
@@ -193,8 +162,8 @@ class SessionManager:
 
     async def list(self) -> Infos:
         """Every registered session, most recently active first."""
-        await self._ms.wait_for("registry")
-        rows, _ = self._ms.read_models.registry.page(self._ms.namespace, _ALL)
+        await self._ms.ryw.wait_for("registry")
+        rows, _ = self._ms.reads.read_models.registry.page(self._ms.namespace, _ALL)
         return rows
 
     async def list_page(self, *, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
@@ -206,8 +175,8 @@ class SessionManager:
         """
         check_int("limit", limit, minimum=1, maximum=LIST_LIMIT_MAX)
         before = _cursor_position(cursor)
-        await self._ms.wait_for("registry")
-        rows, after = self._ms.read_models.registry.page(self._ms.namespace, limit, before)
+        await self._ms.ryw.wait_for("registry")
+        rows, after = self._ms.reads.read_models.registry.page(self._ms.namespace, limit, before)
         return {"sessions": rows, "cursor": None if after is None else f"r{after}"}
 
     async def _require(self, session_id: str) -> dict[str, Any]:
@@ -232,13 +201,13 @@ class SessionManager:
         await session.clear_messages()  # (which may refresh the cached prompt: removed below)
         for label, options in self._contexts:
             if options.get("provider") is None:
-                await self._ms.command(
-                    self._ms.blocks,
+                await self._ms.commands.command(
+                    self._ms.commands.blocks,
                     "block",
                     document_id(label, session_id),
                     ContextDocument.delete,
                 )
-        await self._ms.session_command(session_id, SessionAggregate.clear_system_prompt)
+        await self._ms.commands.session_command(session_id, SessionAggregate.clear_system_prompt)
         await self._record(session_id, SessionRecord.delete)
         self._sessions.pop(session_id, None)
 
@@ -373,8 +342,8 @@ class SessionManager:
         text = search_query(query)
         if text is None:
             return []
-        await self._ms.wait_for_sessions()
-        hits = self._ms.read_models.sessions.search(self._ms.namespace, None, text, limit)
+        await self._ms.ryw.wait_for("sessions")
+        hits = self._ms.reads.read_models.sessions.search(self._ms.namespace, None, text, limit)
         keys = ("id", "role", "content", "created_at", "session_id")
         return [{key: hit[key] for key in keys} for hit in hits]
 

@@ -12,8 +12,10 @@ belongs to what was erased.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 
 from memstream.domain.errors import InvalidInputError
 from memstream.domain.purge_log import PurgeLog
@@ -103,3 +105,30 @@ async def forget_erased_dead_letters(
     forgotten = store.forget_dead_letters(letters)
     logger.info("forgot %d dead letters of events erased by a purge", forgotten)
     return forgotten
+
+
+async def forget_erased_while_projecting(
+    log: EventLog,
+    store: ReadModelStore,
+    purges: Sequence[LogRecord],
+    alone: Callable[[], AbstractAsyncContextManager[ReadModelStore]],
+    name: str,
+) -> None:
+    """Delete a copy's dead letters of the events ``purges`` (purge records, applied) erase,
+    with the store to itself (``alone()``: the projector ``name``'s, with no own events held
+    or open meanwhile). A failure is logged: the letters stay until the next purge record, or a
+    rebuild."""
+    try:
+        letters = await erased_dead_letters(log, store, purged_sequences(purges))
+        if not letters:
+            return
+        async with alone() as exclusive:
+            forgotten = await asyncio.to_thread(exclusive.forget_dead_letters, letters)
+    except Exception:
+        logger.warning(
+            "projector %s: the dead letters of events a purge erased are kept for now",
+            name,
+            exc_info=True,
+        )
+        return
+    logger.info("projector %s: forgot %d dead letters of erased events", name, forgotten)

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import Any
 
 import nats.errors
@@ -38,17 +37,16 @@ from memstream.projections.ports import (
     ReadModelRewound,
     ReadModelStore,
     StoreBusy,
-    StoreTransaction,
-    run_to_end,
     step,
 )
 from memstream.projections.registry import INDEXER_PROJECTIONS, PROJECTIONS, PROJECTOR_PROJECTIONS
 from memstream.projections.tracking import PARTITION_ROW, TrackingRows
-from memstream.workers.dead_letters import erased_dead_letters, is_purge_record, purged_sequences
+from memstream.workers.dead_letters import forget_erased_while_projecting, is_purge_record
 from memstream.workers.log.event_log import EventLog, LogEntry
 from memstream.workers.log.log_position import check_copy
 from memstream.workers.log.subjects import demand_subject, partition_filter
 from memstream.workers.observability.tracing import batch_span, tracing
+from memstream.workers.own_writes import GROUP_SECONDS, HeldOwn, OwnGroup
 from memstream.workers.position import Demand, wanted_by
 from memstream.workers.pull import Puller, stream_sequence
 
@@ -89,11 +87,6 @@ PROJECTOR_CONSUMER_PREFIX = "projector-"
 # A durable consumer at most this many stream sequences behind the read model is bound again
 # as it is (see ProjectorWorker._bind).
 REUSE_BEHIND = 4096
-# Own events kept in the projector's open transaction are committed within this long, or once
-# they number this many (readers here read them through the open transaction meanwhile;
-# readers elsewhere wait for the commit).
-GROUP_SECONDS = 0.005
-GROUP_EVENTS = 64
 # How long forgetting the dead letters of erased events waits for own events held meanwhile.
 FORGET_WAIT = 1.0
 # A batch "waiting for" this refuses every writer's hold (see ProjectorWorker.hold_own).
@@ -136,34 +129,6 @@ def claim_copy(copy: ReadModelCopy, projections: Sequence[str] = PROJECTIONS) ->
         UnavailableError: the copy cannot be opened.
     """
     return copy.claim(projections)
-
-
-class HeldOwn:
-    """A writer's own events applied by :meth:`ProjectorWorker.hold_own` and not yet
-    acknowledged by the log: exactly one of :meth:`commit` and :meth:`abandon` ends it."""
-
-    __slots__ = ("_count", "_last", "_projector", "ended")
-
-    def __init__(self, projector: ProjectorWorker, last: int, count: int) -> None:
-        self._projector: ProjectorWorker | None = projector
-        self._last = last
-        self._count = count
-        self.ended: asyncio.Event | None = None  # made for a batch that waits for the end
-
-    def commit(self) -> bool:
-        """The log has the events at the sequences they were applied with: they join the
-        projector's open transaction, which commits them soon (:data:`GROUP_SECONDS`);
-        readers here read them through it at once. True if done (False after a failure,
-        when nothing is left of them and their delivery applies them)."""
-        projector, self._projector = self._projector, None
-        return projector is not None and projector._confirm(self, self._last)
-
-    def abandon(self) -> None:
-        """Roll the events back (the log did not store them at those sequences, or at all),
-        and with them the open transaction's events: their deliveries apply them."""
-        projector, self._projector = self._projector, None
-        if projector is not None:
-            projector._drop_group(self, self._count)
 
 
 def consumed_subjects(prefix: str, projections: Sequence[str]) -> str:
@@ -232,7 +197,6 @@ class ProjectorWorker:
         self._acked_at = 0.0
         self.stats = ProjectorStats()
         self.busy_batches = 0  # batches sent to a thread: another connection held the lock
-        self.own_batches = 0  # batches applied for a reader here (apply_own), for tests and status
         # The domain event a writer of this process decided for a delivery (its sequence and
         # payload), applied as it is instead of decoded again; and how many were.
         self.own_event = own_event
@@ -247,16 +211,10 @@ class ProjectorWorker:
         self._batch_done: asyncio.Event | None = None  # set while a fetched batch is in hand
         self._applying = False  # a batch's transaction may be open (or a thread has the store)
         # Own events (apply_own, hold_own) are applied in a transaction left open, committed
-        # within GROUP_SECONDS: _durable is the last committed sequence, _committed the last
-        # applied (what the open transaction adds), _held the part the log has not
-        # acknowledged yet.
-        self._group: StoreTransaction | None = None
-        self._group_entries: list[LogEntry] = []  # what it applied (the held ones last)
-        self._group_stats = ProjectorStats()
-        self._held: HeldOwn | None = None
+        # in groups (see own_writes.OwnGroup): _durable is the last committed sequence,
+        # _committed the last applied (what the open transaction adds).
+        self.own = OwnGroup(self)
         self._durable = 0
-        self._flush_due = False
-        self._flush_timer: asyncio.TimerHandle | None = None
         self._waiting_for = 0  # the last sequence of a batch waiting for a hold to end
         self._closed = False
         # The client's connection the copy was last checked against the log on: after a
@@ -320,8 +278,9 @@ class ProjectorWorker:
     def filter_subject(self) -> str:
         """What its consumer delivers: every event; only Agent Memory events to a projector of
         ``vectors`` alone (the indexer), whose readers wait for their profile's last event,
-        not for the stream's (see :meth:`memstream.client.Memstream.wait_for_profile`); one
-        partition's events to a projector of that partition."""
+        not for the stream's (see
+        :meth:`memstream.read_your_writes.ReadYourWrites.wait_for_profile`); one partition's
+        events to a projector of that partition."""
         partition = only_partition(self.store.rows)
         if partition is not None:
             return partition_filter(self.log.subject_prefix, partition)
@@ -409,170 +368,60 @@ class ProjectorWorker:
         or own events in its open transaction (see :meth:`hold_own`)."""
         return self._committed
 
-    def apply_own(self, entries: Sequence[LogEntry]) -> bool:
-        """Apply events this process wrote, which the log has acknowledged but this projector
-        has not been delivered yet, for a reader here that waits for them; True if done.
+    @property
+    def own_batches(self) -> int:
+        """Batches applied for a reader here (:meth:`apply_own`), for tests and status."""
+        return self.own.batches
 
-        Only the next events in the stream (the first is ``committed + 1``, the rest follow it
-        without a gap), only between batches, and only as much as a batch applies on the event
-        loop: otherwise the reader waits for the projector as before. The events are applied
-        as their delivery would be (the same bytes at the same sequences, in the transaction
-        that records the positions), so the delivery, when it comes, is passed over. They are
-        committed at once. On a failure nothing is written and the delivery applies them (with
-        its retries and dead letters).
-        """
-        held = self.hold_own(entries)
-        if held is None or not held.commit():
-            return False
-        return self.flush()
+    def apply_own(self, entries: Sequence[LogEntry]) -> bool:
+        """Apply events this process wrote for a reader here that waits for them
+        (:meth:`OwnGroup.apply <memstream.workers.own_writes.OwnGroup.apply>`); True if done."""
+        return self.own.apply(entries)
 
     def hold_own(self, entries: Sequence[LogEntry]) -> HeldOwn | None:
-        """Apply events this process is writing as :meth:`apply_own` does, in the projector's
-        open transaction (begun here if there is none), without committing:
-        :meth:`HeldOwn.commit` keeps them, :meth:`HeldOwn.abandon` rolls them back. ``None``
-        where :meth:`apply_own` would not apply them, or when applying failed (the open
-        transaction is then rolled back: its events come again with their deliveries).
-
-        A writer calls it while the log's acknowledgement of the events is on its way, with the
-        sequences they will get if nobody else writes first, and keeps them only if the
-        acknowledgement says they got them (see :class:`memstream.client.Memstream`): the
-        projection's work overlaps the publish round trip. Until then the projector applies no
-        batch and lends its store to no reader. Kept events are committed with the events
-        kept after them, within :data:`GROUP_SECONDS`, before any batch, or at :meth:`flush`.
-        """
-        if (
-            not entries
-            or entries[0].seq != self._committed + 1
-            or not self.running
-            or self.idle_store() is None  # a batch is being applied, or damage was found
-            or self._waiting_for > self._committed  # a batch holds events not yet applied
-            or self.in_thread
-            or any(b.seq != a.seq + 1 for a, b in itertools.pairwise(entries))
-            or (self.thread_bytes and sum(len(e.payload) for e in entries) >= self.thread_bytes)
-            or self.store.replaced()
-        ):
-            return None
-        self._applying = True  # no reader reads what the log has not acknowledged
-        try:
-            group = self._group
-            if group is None:
-                # Not waiting for another connection's write lock: the deliveries apply them.
-                group = self._group = self.store.transaction(committed=self._durable, wait=False)
-            self._group_entries += entries
-            run_to_end(group.apply(entries, self._group_stats))
-            group.expose()
-        except Exception:  # the deliveries meet them again, with retries (and reports)
-            logger.debug("projector %s: applying own events failed", self.durable, exc_info=True)
-            self._drop_group(None, len(entries))
-            return None
-        self._held = held = HeldOwn(self, entries[-1].seq, len(entries))
-        return held
-
-    def _confirm(self, held: HeldOwn, last: int) -> bool:
-        """The log acknowledged ``held``'s events at their sequences (up to ``last``)."""
-        if self._held is not held or self._group is None:
-            return False
-        self._end_hold()
-        self.own_batches += 1
-        self._committed = last
-        if self._flush_due or self._group.position - self._durable >= GROUP_EVENTS:
-            return self.flush()
-        if self._flush_timer is None:
-            self._flush_timer = asyncio.get_running_loop().call_later(
-                GROUP_SECONDS, self._flush_soon
-            )
-        return True
-
-    def _end_hold(self) -> None:
-        held, self._held = self._held, None
-        self._applying = False
-        if held is not None and held.ended is not None:
-            held.ended.set()
-
-    def _flush_soon(self) -> None:
-        self._flush_timer = None
-        if self._held is not None:
-            self._flush_due = True  # committed when the hold ends
-        else:
-            self.flush()
+        """Apply events this process is writing, while their acknowledgement is on its way
+        (:meth:`OwnGroup.hold <memstream.workers.own_writes.OwnGroup.hold>`)."""
+        return self.own.hold(entries)
 
     def flush(self) -> bool:
         """Commit the open transaction of own events (a no-op without one); False if that
         failed (it is then rolled back: the events come again with their deliveries)."""
-        if self._held is not None:
-            self._flush_due = True
-            return True
-        group, self._group = self._group, None
-        self._flush_due = False
-        timer, self._flush_timer = self._flush_timer, None
-        if timer is not None:
-            timer.cancel()
-        if group is None:
-            return True
-        stats, self._group_stats = self._group_stats, ProjectorStats()
-        self._group_entries = []
-        try:
-            seq = group.commit(stats)
-        except Exception:
-            logger.debug("projector %s: committing own events failed", self.durable, exc_info=True)
-            self._committed = self._durable
-            return False
-        self.stats.batches += stats.batches
-        self.stats.applied += stats.applied
-        self.stats.skipped += stats.skipped
-        self._committed = self._durable = seq
-        if self.on_commit:
-            self.on_commit(seq)
-        return True
-
-    def _drop_group(self, held: HeldOwn | None, count: int) -> None:
-        """Roll back ``held``'s events (the last ``count`` applied) with the open transaction,
-        then apply and commit again the events kept before them."""
-        if held is not None and self._held is not held:
-            return
-        group, self._group = self._group, None
-        kept = self._group_entries[: len(self._group_entries) - count]
-        self._group_entries = []
-        self._flush_due = False
-        timer, self._flush_timer = self._flush_timer, None
-        if timer is not None:
-            timer.cancel()
-        self._group_stats = ProjectorStats()
-        if group is not None:
-            try:
-                group.rollback()
-            except Exception:
-                logger.debug("projector %s: rolling back failed", self.durable, exc_info=True)
-        self._committed = self._durable
-        self._end_hold()
-        if not kept or group is None:
-            return
-        # Rare (another writer's event came first). Applied again now, so that the readers here
-        # that read them already need not wait for their deliveries (which would bring them:
-        # no delivery is passed over before its event is committed).
-        stats = ProjectorStats()
-        try:
-            seq = self.store.apply(kept, stats, committed=self._durable)
-        except Exception:  # their deliveries apply them
-            logger.debug("projector %s: applying own events failed", self.durable, exc_info=True)
-            return
-        self.stats.batches += stats.batches
-        self.stats.applied += stats.applied
-        self._committed = self._durable = seq
-        if self.on_commit:
-            self.on_commit(seq)
+        return self.own.flush()
 
     def readable(self, projection: str, seq: int) -> bool:
-        """Whether reads here through this projector's store (:meth:`idle_store`) see
-        ``projection`` up to ``seq`` although it is not committed yet: own events the log
-        acknowledged, in the open transaction."""
-        return (
-            self._group is not None
-            and self._held is None
-            and seq <= self._committed
-            and projection in self.store.projections
-            and self.idle_store() is not None
+        """Whether reads here through :meth:`idle_store` see ``projection`` up to ``seq``
+        although it is not committed yet (own events in the open transaction)."""
+        return self.own.readable(projection, seq)
+
+    # -- what the own-events group needs (own_writes.GroupHost) --------------------------------
+
+    @property
+    def durable_seq(self) -> int:
+        return self._durable
+
+    def accepts_own(self, entries: Sequence[LogEntry]) -> bool:
+        return not (
+            not self.running
+            or self.idle_store() is None  # a batch is being applied, or damage was found
+            or self._waiting_for > self._committed  # a batch holds events not yet applied
+            or self.in_thread
+            or (self.thread_bytes and sum(len(e.payload) for e in entries) >= self.thread_bytes)
+            or self.store.replaced()
         )
+
+    def lend(self, lendable: bool) -> None:
+        self._applying = not lendable
+
+    def own_applied(self, seq: int) -> None:
+        self._committed = seq
+
+    def own_committed(self, seq: int) -> None:
+        self._committed = self._durable = seq
+        if self.on_commit:
+            self.on_commit(seq)
+
+    def own_rolled_back(self) -> None:
+        self._committed = self._durable
 
     async def _wait_for_hold(self, last: int) -> None:
         """Before applying a batch up to sequence ``last``: wait while a writer's own events
@@ -580,11 +429,9 @@ class ProjectorWorker:
         made the batch's events applied already (their deliveries). Meanwhile no further
         events are held, so the batch is not kept waiting by one writer's hold after another.
         """
-        while (held := self._held) is not None and last > self._committed:
+        if self.own.held is not None and last > self._committed:
             self._waiting_for = max(self._waiting_for, last)
-            if held.ended is None:
-                held.ended = asyncio.Event()
-            await held.ended.wait()
+        await self.own.wait_for_hold(lambda: last <= self._committed)
 
     def report_damage(self, reason: str, identity: Hashable | None) -> None:
         """A reader in this process met damage in the read-model copy ``identity``: replace it
@@ -639,8 +486,7 @@ class ProjectorWorker:
     async def close(self) -> None:
         """Stop, close the database and give up the copy's lock."""
         await self.stop()
-        if self._held is not None:
-            self._held.abandon()  # its writer's read then waits, and fails, as without it
+        self.own.abandon_held()
         self.flush()
         self._closed = True
         await asyncio.to_thread(self.store.close)  # may wait for background upkeep
@@ -750,7 +596,7 @@ class ProjectorWorker:
             seq = wanted_by(msg.data, partition)
             if seq:
                 demand.want(seq)
-                if self._group is not None and seq > self._durable:
+                if self.own.open and seq > self._durable:
                     self.flush()  # a reader elsewhere waits for own events kept open here
 
         try:
@@ -868,7 +714,9 @@ class ProjectorWorker:
                     if is_purge_record(m.subject)
                 ]
                 if purges:
-                    await self._forget_erased_dead_letters(purges)
+                    await forget_erased_while_projecting(
+                        self.log, self.store, purges, self._store_alone, self.durable
+                    )
             finally:
                 self._waiting_for = 0
                 self._batch_done = None
@@ -881,35 +729,24 @@ class ProjectorWorker:
             ):
                 await self._ack_pending()
 
-    async def _forget_erased_dead_letters(self, purges: Sequence[LogEntry]) -> None:
-        """Delete this copy's dead letters of the events ``purges`` (purge records, applied)
-        erase (see :mod:`~memstream.workers.dead_letters`), with the store to itself: no own
-        events held or open meanwhile. A failure is logged: the letters stay until the next
-        purge record, or a rebuild."""
+    @contextlib.asynccontextmanager
+    async def _store_alone(self) -> AsyncIterator[ReadModelStore]:
+        """The store to itself: no own events held or open, and lent to no reader, while the
+        block runs (the open group is committed first, waiting at most FORGET_WAIT for a hold).
+
+        Raises:
+            TimeoutError: own events were held for longer.
+        """
+        deadline = time.monotonic() + FORGET_WAIT
+        while not self.flush() or self.own.held is not None or self.own.open:
+            if time.monotonic() >= deadline:
+                raise TimeoutError("own events were held for too long")
+            await asyncio.sleep(GROUP_SECONDS)
+        self._applying = True  # nothing is held or applied here meanwhile
         try:
-            letters = await erased_dead_letters(self.log, self.store, purged_sequences(purges))
-            if not letters:
-                return
-            deadline = time.monotonic() + FORGET_WAIT
-            while not self.flush() or self._held is not None or self._group is not None:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError("own events were held for too long")
-                await asyncio.sleep(GROUP_SECONDS)
-            self._applying = True  # nothing is held or applied here meanwhile
-            try:
-                forgotten = await asyncio.to_thread(self.store.forget_dead_letters, letters)
-            finally:
-                self._applying = False
-        except Exception:
-            logger.warning(
-                "projector %s: the dead letters of events a purge erased are kept for now",
-                self.durable,
-                exc_info=True,
-            )
-            return
-        logger.info(
-            "projector %s: forgot %d dead letters of erased events", self.durable, forgotten
-        )
+            yield self.store
+        finally:
+            self._applying = False
 
     async def _linger(self, fetch: Any, room: int) -> list[Msg]:
         """Gather more of a burst before committing, unless a reader is waiting.

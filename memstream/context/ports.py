@@ -7,58 +7,32 @@ either, and no import runs in a circle).
 
 from __future__ import annotations
 
-from typing import Protocol, TypeVar
+from typing import Protocol
 
-from eventsourcing.domain import Aggregate
-
-from memstream.domain.context import ContextDocument, SearchIndex
+from memstream.commands import CommandRunner
 from memstream.domain.messages import Message
-from memstream.domain.session import SessionAggregate
-from memstream.projections.ports import ContextQueries, SessionQueries
+from memstream.read_side import ReadSide
+from memstream.read_your_writes import ReadYourWrites
 from memstream.types import SessionMessage
-from memstream.workers.log.aggregate_store import AggregateStore, CommandResult, Decide
 from memstream.workers.log.codec import CommandMeta
-
-A = TypeVar("A", bound=Aggregate)
-R = TypeVar("R")
 
 
 class MemstreamPort(Protocol):
-    """A connected memstream (:class:`memstream.client.Memstream`): commands on the log, and
-    the read models once they have caught up."""
+    """The parts of a connected memstream the context side uses
+    (:class:`memstream.core.Core`): commands on the log, and the read models once they have
+    caught up."""
 
     @property
     def namespace(self) -> str: ...
 
     @property
-    def context_queries(self) -> ContextQueries: ...
+    def reads(self) -> ReadSide: ...
 
     @property
-    def session_queries(self) -> SessionQueries: ...
+    def ryw(self) -> ReadYourWrites: ...
 
     @property
-    def blocks(self) -> AggregateStore[ContextDocument]: ...
-
-    @property
-    def search_indexes(self) -> AggregateStore[SearchIndex]: ...
-
-    async def wait_for(self, projection: str, seq: int | None = None) -> None: ...
-
-    async def session_command(
-        self,
-        session_id: str,
-        decide: Decide[SessionAggregate, R],
-        meta: CommandMeta | None = None,
-    ) -> CommandResult[R]: ...
-
-    async def command(
-        self,
-        store: AggregateStore[A],
-        kind: str,
-        key: str,
-        decide: Decide[A, R],
-        meta: CommandMeta | None = None,
-    ) -> CommandResult[R]: ...
+    def commands(self) -> CommandRunner: ...
 
 
 class SessionPort(Protocol):

@@ -101,12 +101,12 @@ class StoredBlock(LogBacked):
 
     async def get(self) -> str | None:
         ms = self.ms
-        await ms.wait_for("context")
-        return ms.context_queries.block_content(ms.namespace, self.label, self.session_id)
+        await ms.ryw.wait_for("context")
+        return ms.reads.context_queries.block_content(ms.namespace, self.label, self.session_id)
 
     async def set(self, content: str) -> None:
-        await self.ms.command(
-            self.ms.blocks,
+        await self.ms.commands.command(
+            self.ms.commands.blocks,
             "block",
             self._identity,
             lambda document: document.replace(content, self.max_tokens),
@@ -121,7 +121,9 @@ class StoredBlock(LogBacked):
                 return Decided(events, document.content or "")
             return Decided(events, cast("ContextDocument.ContextBlockWritten", events[-1]).content)
 
-        result = await self.ms.command(self.ms.blocks, "block", self._identity, decide)
+        result = await self.ms.commands.command(
+            self.ms.commands.blocks, "block", self._identity, decide
+        )
         assert result.value is not None  # decide always decides one
         return result.value
 
@@ -145,8 +147,8 @@ class SearchBlock(LogBacked):
 
     async def get(self) -> str | None:
         ms = self.ms
-        await ms.wait_for("context")
-        count = ms.context_queries.entry_count(ms.namespace, self._key())
+        await ms.ryw.wait_for("context")
+        count = ms.reads.context_queries.entry_count(ms.namespace, self._key())
         return f"{count} entries indexed." if count else None
 
     async def search(self, query: str) -> str | None:
@@ -154,15 +156,20 @@ class SearchBlock(LogBacked):
         if text is None or not text.strip():
             return None
         ms = self.ms
-        await ms.wait_for("context")
-        hits = ms.context_queries.search_entries(ms.namespace, self._key(), text, SEARCH_RESULTS)
+        await ms.ryw.wait_for("context")
+        hits = ms.reads.context_queries.search_entries(
+            ms.namespace, self._key(), text, SEARCH_RESULTS
+        )
         if not hits:
             return None
         return "\n\n".join(f"[{key}]\n{content}" for key, content in hits)
 
     async def set(self, key: str, content: str) -> None:
-        await self.ms.command(
-            self.ms.search_indexes, "search", self._key(), lambda index: index.index(key, content)
+        await self.ms.commands.command(
+            self.ms.commands.search_indexes,
+            "search",
+            self._key(),
+            lambda index: index.index(key, content),
         )
 
 

@@ -21,8 +21,8 @@ class SessionPromptStore:
 
     async def get(self) -> str | None:
         ms = self.session.memstream
-        await ms.wait_for("context")
-        return ms.context_queries.cached_prompt(ms.namespace, self.session.session_id)
+        await ms.ryw.wait_for("context")
+        return ms.reads.context_queries.cached_prompt(ms.namespace, self.session.session_id)
 
     async def freeze(self, prompt: str) -> str:
         def decide(aggregate: SessionAggregate) -> Decided[str]:
@@ -30,14 +30,14 @@ class SessionPromptStore:
             winner = prompt if aggregate.frozen_prompt is None else aggregate.frozen_prompt
             return Decided(aggregate.freeze_system_prompt(prompt), winner)
 
-        result = await self.session.memstream.session_command(
+        result = await self.session.memstream.commands.session_command(
             self.session.session_id, decide, self.session.command_meta()
         )
         assert result.value is not None  # decide always decides one
         return result.value
 
     async def refresh(self, prompt: str) -> None:
-        await self.session.memstream.session_command(
+        await self.session.memstream.commands.session_command(
             self.session.session_id,
             lambda aggregate: aggregate.refresh_system_prompt(prompt),
             self.session.command_meta(),
@@ -54,26 +54,26 @@ class SessionSkillLog:
         """Skills loaded through memstream's tools (events), plus those whose ``load_context``
         tool output sits in the active history (written by an app that ran the tool itself)."""
         ms, session_id = self.session.memstream, self.session.session_id
-        await ms.wait_for("context")
-        recorded = ms.context_queries.loaded_skills(ms.namespace, session_id)
-        await ms.wait_for("sessions")
+        await ms.ryw.wait_for("context")
+        recorded = ms.reads.context_queries.loaded_skills(ms.namespace, session_id)
+        await ms.ryw.wait_for("sessions")
         # Raw rows, as the reference reads them: a load inside a compacted range still counts.
         # ("unload_context" contains "load_context", so one needle finds both tools' parts.)
-        candidates = ms.session_queries.path_messages_containing(
+        candidates = ms.reads.session_queries.path_messages_containing(
             ms.namespace, session_id, "assistant", LOAD_CONTEXT
         )
         in_history = skills_in_history(candidates)
         return list(dict.fromkeys([*recorded, *in_history]))
 
     async def record_load(self, label: str, key: str) -> None:
-        await self.session.memstream.session_command(
+        await self.session.memstream.commands.session_command(
             self.session.session_id,
             lambda aggregate: aggregate.load_skill(label, key),
             self.session.command_meta(),
         )
 
     async def record_unload(self, label: str, key: str) -> None:
-        await self.session.memstream.session_command(
+        await self.session.memstream.commands.session_command(
             self.session.session_id,
             lambda aggregate: aggregate.unload_skill(label, key),
             self.session.command_meta(),

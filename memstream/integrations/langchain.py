@@ -69,7 +69,7 @@ class MemstreamChatMessageHistory(BaseChatMessageHistory):
         """The history's messages. On the client's own event loop (which this thread would
         block) it is read from the read model when that has this client's writes, as it
         does unless the projector is elsewhere and behind."""
-        if caller_loop() is self._client.loop:
+        if caller_loop() is self._client.core.loop:
             done, history = run_now(self._session.get_history())
             if not done:
                 raise UnavailableError(
@@ -105,13 +105,13 @@ class MemstreamChatMessageHistory(BaseChatMessageHistory):
     def _blocking(self, method: str, *args: Any) -> Any:
         """A session method's result, waited for by this thread (on the client's loop: a
         write would wait for itself, so it is refused at once, naming the fix)."""
-        if caller_loop() is self._client.loop:
+        if caller_loop() is self._client.core.loop:
             raise InvalidInputError(
                 f"the sync {method} of MemstreamChatMessageHistory cannot wait on the event "
                 "loop of its async client: use aget_messages/aadd_messages/aclear there, or a "
                 "client of memstream.connect_sync()"
             )
-        return wait_home(self._client.loop, lambda: getattr(self._session, method)(*args))
+        return wait_home(self._client.core.loop, lambda: getattr(self._session, method)(*args))
 
 
 def _chains(messages: Sequence[BaseMessage]) -> list[list[dict[str, Any]]]:

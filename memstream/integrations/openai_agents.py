@@ -86,7 +86,7 @@ class MemstreamSession:
             leaf = await session.get_latest_leaf()
             if leaf is None:
                 return None
-            result: CommandResult[None] = await self._client.session_command(
+            result: CommandResult[None] = await self._client.core.commands.session_command(
                 self.session_id,
                 functools.partial(SessionAggregate.delete_latest, message_id=leaf["id"]),
                 session.command_meta(),
@@ -95,7 +95,7 @@ class MemstreamSession:
                 items = message_to_items(leaf)
                 return items[-1] if items else None
             # Another write moved the latest leaf: read again, as of what the decision saw.
-            await self._client.wait_for_sessions(result.seq)
+            await self._client.wait_for("sessions", result.seq)
 
     async def clear_session(self) -> None:
         """Remove every item (the session's messages; the log keeps the events)."""

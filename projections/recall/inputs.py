@@ -8,11 +8,10 @@ import asyncio
 import threading
 from collections import OrderedDict
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memstream.domain.extraction.model import TimeWindow
 from memstream.projections.ports import MemoryQueries, VectorSearch
-from memstream.workers.indexer import LazyEncoder
 
 if TYPE_CHECKING:
     from memstream.projections.vector_search import VectorIndex
@@ -21,10 +20,23 @@ if TYPE_CHECKING:
 CACHED_INDEXES = 16
 
 
+class QueryEncoder(Protocol):
+    """The embedding model as a query needs it
+    (:class:`~memstream.workers.indexer.LazyEncoder`: loaded at its first use)."""
+
+    @property
+    def loaded(self) -> bool: ...
+
+    @property
+    def busy(self) -> bool: ...
+
+    def encode_query(self, text: str) -> Any: ...
+
+
 class QueryAnalysis:
     """A query's vector, topic keys and window."""
 
-    def __init__(self, encoder: LazyEncoder | None) -> None:
+    def __init__(self, encoder: QueryEncoder | None) -> None:
         self.encoder = encoder
 
     async def embed_query(self, text: str) -> Any:
