@@ -163,7 +163,7 @@ async def _rounds(
             *(_append(s, messages[w::writers], latencies) for w, s in enumerate(sessions))
         )
         if projector is not None:  # like for like: until the projection has caught up
-            await memstream.wait_for_sessions()
+            await memstream.wait_for("sessions")
 
     async def raw(messages: list[dict[str, Any]], payloads: list[bytes]) -> None:
         if projector is not None:
@@ -183,7 +183,7 @@ async def _rounds(
         # Alternate which goes first, so drift of the machine cancels in the pairs.
         for side in ("raw", "ours") if round_ % 2 else ("ours", "raw"):
             if idle:
-                await memstream.wait_for_sessions()
+                await memstream.wait_for("sessions")
             start, cpu = time.perf_counter(), _cpu()
             if side == "ours":
                 await ours(messages, rounds.latencies)

@@ -68,12 +68,12 @@ async def run() -> Row:
                 messages = factory.messages(f"r{round_}", PER_ROUND)
                 payloads = [payload(m) for m in messages]
                 session = ms.session(f"bench-batch-{round_}")  # a fresh session each round
-                await ms.wait_for_sessions()
+                await ms.wait_for("sessions")
                 start = time.perf_counter()
                 for chain in chunks(messages, BATCH):
                     await session.append_messages(chain)
                 acked = time.perf_counter()
-                await ms.wait_for_sessions()
+                await ms.wait_for("sessions")
                 drains.append(time.perf_counter() - acked)
                 ours.append(PER_ROUND / (acked - start))
                 start = time.perf_counter()

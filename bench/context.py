@@ -97,7 +97,7 @@ async def run() -> Row:
                         "set_context", {"label": "notes0", "content": content}
                     )
                     await memstream.wait_for("context")
-                    seen = memstream.context_queries.block_content(
+                    seen = memstream.core.reads.context_queries.block_content(
                         memstream.namespace, "notes0", "ctx-0"
                     )
                     elapsed = time.perf_counter() - start

@@ -56,13 +56,13 @@ async def run() -> Row:
             sessions = [ms.session(f"chat-{s}") for s in range(SESSIONS)]
             for index, message in enumerate(messages):
                 await sessions[index % SESSIONS].append_message(message)
-            await ms.wait_for_sessions()
-            ours_info = await ms.log.js.stream_info(ms.log.stream)
+            await ms.wait_for("sessions")
+            ours_info = await ms.core.log.js.stream_info(ms.core.log.stream)
             js = await raw_stream(raw, STREAM)
             await _legacy(js, messages)
             legacy_info = await js.stream_info(STREAM)
-            assert ms.projector is not None
-            store = ms.projector.store
+            assert ms.core.workers.projector is not None
+            store = ms.core.workers.projector.store
             assert isinstance(store, SqliteReadModelStore)
             store.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         finally:

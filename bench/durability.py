@@ -169,7 +169,7 @@ async def _turns(memstream: Memstream, factory: MessageFactory) -> dict[str, flo
             "two appends": partial(_apart, two, factory.messages(f"two-{turn}", 2)),
             "one event": partial(one.append_messages, factory.messages(f"one-{turn}", 2)),
         }
-        await memstream.wait_for_sessions()
+        await memstream.wait_for("sessions")
         for name in reversed(shapes) if turn % 2 else shapes:
             times[name].append(await _seconds(shapes[name]))
     return {name: median(values) for name, values in times.items()}

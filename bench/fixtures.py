@@ -60,7 +60,7 @@ async def fill_session(
     messages = factory.messages(session_id, count)
     for chain in chunks(messages, batch):
         await session.append_messages(chain)
-    await ms.wait_for_sessions()
+    await ms.wait_for("sessions")
     return time.perf_counter() - start
 
 

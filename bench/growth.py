@@ -43,13 +43,13 @@ async def run() -> Row:
                 for name in order:
                     session = sessions[name]
                     messages = factory.messages(f"{name}-r{round_}", PER_ROUND)
-                    await memstream.wait_for_sessions()
+                    await memstream.wait_for("sessions")
                     start = time.perf_counter()
                     for message in messages:
                         await session.append_message(message)
                     rates[name].append(PER_ROUND / (time.perf_counter() - start))
-            await memstream.wait_for_sessions()
-            count = memstream.session_queries.message_count("default", "big")
+            await memstream.wait_for("sessions")
+            count = memstream.core.reads.session_queries.message_count("default", "big")
             expected = BIG + 2 + ROUNDS * PER_ROUND
             assert count == expected, f"big session has {count} messages, expected {expected}"
         finally:

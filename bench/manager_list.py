@@ -55,7 +55,7 @@ async def register(memstream: Memstream, count: int, window: int = 1000) -> int:
     """Register ``count`` sessions (and usage on some), as ``SessionManager.create`` and
     ``add_usage`` decide and encode them, published with a window; returns the last sequence.
     """
-    js = memstream.log.client.jetstream(timeout=ACK_TIMEOUT, publish_async_max_pending=window)
+    js = memstream.core.log.client.jetstream(timeout=ACK_TIMEOUT, publish_async_max_pending=window)
     futures = []
     for index in range(count):
         session_id = f"chat-{index:05d}"
@@ -74,7 +74,7 @@ async def register(memstream: Memstream, count: int, window: int = 1000) -> int:
                 event.mutate(record)
             events += usage
         subject = subject_for(
-            memstream.log.subject_prefix, memstream.namespace, "registry", session_id
+            memstream.core.log.subject_prefix, memstream.namespace, "registry", session_id
         )
         for event in events:
             meta = CommandMeta()

@@ -45,7 +45,7 @@ async def _round_robin(
     """Append ``messages`` to ``names`` in turn; the rate in messages per second."""
     sessions = [memstream.session(name) for name in names]
     count = len(sessions)
-    await memstream.wait_for_sessions()  # each phase starts with an idle projector
+    await memstream.wait_for("sessions")  # each phase starts with an idle projector
     start = time.perf_counter()
     for index, message in enumerate(messages):
         await sessions[index % count].append_message({**message, "id": f"{tag}-{message['id']}"})
@@ -66,7 +66,7 @@ async def _rates(memstream: Memstream, factory: MessageFactory) -> dict[str, lis
         order = ("wide", "narrow") if round_ % 2 == 0 else ("narrow", "wide")
         for name in order:
             rates[name].append(await _round_robin(memstream, sets[name], messages, name))
-    await memstream.wait_for_sessions()
+    await memstream.wait_for("sessions")
     for name, names in sets.items():
         expected = 1 + ROUNDS * PER_ROUND // len(names)
         for session in (names[0], names[-1]):
@@ -86,7 +86,7 @@ async def _child(url: str, data_dir: str, stream: str, session_id: str) -> dict[
         start = time.perf_counter()
         await session.append_message(message)
         first = time.perf_counter() - start
-        read = getattr(memstream.log, "entries_read", -1)  # (absent before the counter)
+        read = getattr(memstream.core.log, "entries_read", -1)  # (absent before the counter)
     finally:
         await memstream.close()
     return {"connect": connected - started, "first": first, "entries_read": read}

@@ -161,7 +161,9 @@ async def measure_recall(
     fill_seconds = time.perf_counter() - start
     if after_fill is not None:
         after_fill()
-    ids, blobs = client.memory_queries.vectors(NAMESPACE, "facts", "memory", BUNDLED_MODEL)
+    ids, blobs = client.core.reads.memory_queries.vectors(
+        NAMESPACE, "facts", "memory", BUNDLED_MODEL
+    )
     matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(ids), -1)
     matrix = matrix.astype(np.float32)
     ours: list[float] = []

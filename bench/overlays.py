@@ -24,7 +24,7 @@ async def _fill(memstream: Memstream, session_ids: list[str], factory: MessageFa
         session = memstream.session(session_id)
         for chain in chunks(messages, 500):
             await session.append_messages(chain)
-    await memstream.wait_for_sessions()
+    await memstream.wait_for("sessions")
 
 
 async def _add_overlays(memstream: Memstream, factory: MessageFactory) -> None:

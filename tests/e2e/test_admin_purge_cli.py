@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from pathlib import Path
 
-from support.processes import clean_env, json_of, memstream
+from support.deployment import deployment_env, deployment_settings
+from support.processes import json_of, memstream
 
 from memstream.client import open_memstream
 from memstream.settings import Settings
@@ -21,14 +21,8 @@ from memstream.workers.runtime.nats_server import NatsServerProcess
 def platform(tmp_path: Path, nats_server: NatsServerProcess) -> tuple[Settings, dict[str, str]]:
     """A new stream's settings for this test's client, and the environment of its CLI
     processes (the same data dir and stream)."""
-    stream = "T" + uuid.uuid4().hex[:12].upper()
-    settings = Settings(data_dir=tmp_path / "data", nats_url=nats_server.url, stream=stream)
-    env = clean_env(
-        MEMSTREAM_DATA_DIR=str(settings.data_dir),
-        MEMSTREAM_NATS_URL=nats_server.url,
-        MEMSTREAM_STREAM=stream,
-    )
-    return settings, env
+    settings = deployment_settings(nats_server.url, tmp_path / "data")
+    return settings, deployment_env(settings)
 
 
 async def test_purge_from_the_cli_keeps_verify_green(
@@ -45,7 +39,7 @@ async def test_purge_from_the_cli_keeps_verify_green(
         await manager.delete("doomed")
         for projection in ("sessions", "registry", "analytics"):
             await ms.wait_for(projection)
-        as_of = str(await ms.log.stream_last_seq())
+        as_of = str(await ms.core.log.stream_last_seq())
         # A cached as-of copy of the time before the deletion, which holds the secret
         history = json_of(env, "sessions", "history", "doomed", "--as-of", "2")
         assert ["my secret" in str(m) for m in history] == [True]
@@ -90,7 +84,7 @@ async def test_purge_from_the_cli_keeps_verify_green(
         assert "erased 0 events of 0 sessions and 0 profiles" in again.stderr
 
         # (the platform's workers run on this test's event loop: let them apply the purge)
-        end = await ms.log.stream_last_seq()
+        end = await ms.core.log.stream_last_seq()
         for projection in ("sessions", "context", "registry", "memory", "analytics"):
             await ms.wait_for(projection, end)
         verified = json_of(env, "projections", "verify")
@@ -116,8 +110,10 @@ async def test_a_purge_from_the_cli_makes_the_workers_elsewhere_forget_dead_lett
         memory = ms.agent_memory("default")
         for name in ("temp", "gina"):
             await (await memory.get_profile(name)).remember(f"{name} likes trams")
-            await ms.log.js.publish(
-                f"ms.default.profile.{name}", b"\xff X123", headers={"Nats-Msg-Id": name}
+            await ms.core.log.js.publish(
+                f"{settings.subject_prefix}.default.profile.{name}",
+                b"\xff X123",
+                headers={"Nats-Msg-Id": name},
             )
         await memory.delete_profile("temp")
         for projection in ("memory", "analytics"):
@@ -127,7 +123,8 @@ async def test_a_purge_from_the_cli_makes_the_workers_elsewhere_forget_dead_lett
             letters = json_of(env, "status", "--dead-letters", "100")["dead_letters"]
             return {logical_subject(str(d["subject"])) for d in letters}
 
-        assert letter_subjects() == {"ms.default.profile.temp", "ms.default.profile.gina"}
+        temp, gina = (f"{settings.subject_prefix}.default.profile.{n}" for n in ("temp", "gina"))
+        assert letter_subjects() == {temp, gina}
 
         # When the deleted profile is purged by a CLI process
         done = json_of(env, "admin", "purge", "--older-than", "0s")
@@ -135,11 +132,11 @@ async def test_a_purge_from_the_cli_makes_the_workers_elsewhere_forget_dead_lett
 
         # Then the workers of this process, applying the purge record, forget its dead letters
         # and keep the other's, as the next CLI process reads them
-        end = await ms.log.stream_last_seq()
+        end = await ms.core.log.stream_last_seq()
         for projection in ("memory", "analytics"):
             await ms.wait_for(projection, end)
         deadline = time.monotonic() + 10
-        while (subjects := letter_subjects()) != {"ms.default.profile.gina"}:
+        while (subjects := letter_subjects()) != {gina}:
             assert time.monotonic() < deadline, subjects
             await asyncio.sleep(0.1)
     finally:

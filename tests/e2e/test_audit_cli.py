@@ -4,15 +4,14 @@ messages, its registration and its blocks — with actor, command id and causati
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from support.processes import clean_env, json_of, memstream
+from support.deployment import deployment_env, deployment_settings
+from support.processes import json_of, memstream
 
 from memstream.client import Memstream, open_memstream
-from memstream.settings import Settings
 from memstream.workers.runtime.nats_server import NatsServerProcess
 
 
@@ -22,13 +21,9 @@ async def audited(
 ) -> AsyncIterator[tuple[Memstream, dict[str, str]]]:
     """A client (actor ``ops@host``) projecting in this process, and the CLI's environment
     for the same stream and data dir."""
-    stream = "T" + uuid.uuid4().hex[:12].upper()
-    data = tmp_path / "data"
-    settings = Settings(data_dir=data, nats_url=nats_server.url, stream=stream, actor="ops@host")
+    settings = deployment_settings(nats_server.url, tmp_path / "data", actor="ops@host")
     ms = await open_memstream(settings, workers=True)
-    env = clean_env(
-        MEMSTREAM_DATA_DIR=str(data), MEMSTREAM_NATS_URL=nats_server.url, MEMSTREAM_STREAM=stream
-    )
+    env = deployment_env(settings)
     try:
         yield ms, env
     finally:

@@ -91,7 +91,7 @@ def test_append_history_search_export_rebuild_verify_status(
         }
         assert set(event["headers"]) >= AUDIT_HEADERS
         assert event["nats_headers"]["Nats-Msg-Id"] == event["headers"]["msg_id"]
-        assert event["subject"] == "ms.default.session.trip"
+        assert event["subject"] == f"{env['MEMSTREAM_SUBJECT_PREFIX']}.default.session.trip"
         assert event["type"] == "session.message_appended"  # the public contract's name
         assert event["headers"]["schema"] == "1"
     assert [e["payload"]["message"]["id"] for e in events] == ["m1", "m2", "m3"]

@@ -5,15 +5,14 @@ command is a process of its own reading the same stream and data dir."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from support.processes import clean_env, json_of, memstream
+from support.deployment import deployment_env, deployment_settings
+from support.processes import json_of, memstream
 
 from memstream.client import Memstream, open_memstream
-from memstream.settings import Settings
 from memstream.workers.runtime.nats_server import NatsServerProcess
 
 
@@ -23,13 +22,9 @@ async def shared(
 ) -> AsyncIterator[tuple[Memstream, dict[str, str]]]:
     """A client with its projector in this process, and the CLI's environment for the same
     stream and data dir."""
-    stream = "T" + uuid.uuid4().hex[:12].upper()
-    data = tmp_path / "data"
-    ms = await open_memstream(
-        Settings(data_dir=data, nats_url=nats_server.url, stream=stream), workers=True
-    )
-    env = clean_env(MEMSTREAM_DATA_DIR=str(data), MEMSTREAM_NATS_URL=nats_server.url)
-    env["MEMSTREAM_STREAM"] = stream
+    settings = deployment_settings(nats_server.url, tmp_path / "data")
+    ms = await open_memstream(settings, workers=True)
+    env = deployment_env(settings)
     try:
         yield ms, env
     finally:
@@ -44,7 +39,7 @@ async def test_history_and_list_pages_and_rebuild_json(
         [{"id": f"m{n}", "role": "user", "content": f"text {n}"} for n in range(1, 6)]
     )
     await ms.session("b").append_message({"role": "user", "content": "other session"})
-    await ms.wait_for_sessions()
+    await ms.wait_for("sessions")
 
     def ids(*args: str) -> list[str]:
         return [m["id"] for m in json_of(env, "sessions", "history", "a", *args)]

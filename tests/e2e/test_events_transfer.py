@@ -73,7 +73,7 @@ async def source(
         finally:
             await team.close()
         await ms.session("other").append_message({"role": "user", "content": "unrelated"})
-        await ms.wait_for_sessions()
+        await ms.wait_for("sessions")
         yield ms, env
     finally:
         await ms.close()
@@ -155,7 +155,7 @@ async def test_import_again_within_the_window_stores_nothing_twice(
 ) -> None:
     ms, env = source
     backup = tmp_path / "backup.jsonl"
-    last = await ms.log.stream_last_seq()
+    last = await ms.core.log.stream_last_seq()
 
     def work() -> Any:
         memstream(env, "events", "export", "-o", str(backup))
@@ -163,7 +163,7 @@ async def test_import_again_within_the_window_stores_nothing_twice(
 
     result = await asyncio.to_thread(work)
     assert result == {"stored": 0, "duplicates": last, "last_seq": last}
-    assert await ms.log.stream_last_seq() == last
+    assert await ms.core.log.stream_last_seq() == last
 
 
 async def test_a_bad_line_publishes_nothing(

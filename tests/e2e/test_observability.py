@@ -11,9 +11,9 @@ import socket
 import subprocess
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 
+from support.deployment import deployment_env, deployment_settings
 from support.processes import MEMSTREAM, clean_env, memstream, stop, wait_for_text
 
 from memstream.client import open_memstream
@@ -54,19 +54,15 @@ def test_version() -> None:
 async def test_a_worker_serves_metrics_and_its_lag_goes_to_zero(
     tmp_path: Path, nats_server: NatsServerProcess
 ) -> None:
-    stream = "T" + uuid.uuid4().hex[:12].upper()
-    env = clean_env(
-        MEMSTREAM_NATS_URL=nats_server.url,
-        MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
-        MEMSTREAM_STREAM=stream,
-        MEMSTREAM_LOG_FORMAT="json",
+    settings = deployment_settings(nats_server.url, tmp_path / "writer")
+    env = deployment_env(
+        settings, MEMSTREAM_DATA_DIR=str(tmp_path / "data"), MEMSTREAM_LOG_FORMAT="json"
     )
     port = _free_port()
     log = tmp_path / "projector.log"
     worker = _start(env, log, "worker", "projector", "--metrics-port", str(port))
     try:
         wait_for_text(log, "FastStream app started", worker)
-        settings = Settings(data_dir=tmp_path / "writer", nats_url=nats_server.url, stream=stream)
         ms = await open_memstream(settings, workers=False)
         lags: list[float] = []
         try:

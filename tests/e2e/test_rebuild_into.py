@@ -7,13 +7,13 @@ import json
 import re
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from psycopg import conninfo
-from support.processes import MEMSTREAM, clean_env, json_of, memstream, stop, wait_for_text
+from support.deployment import deployment_env, deployment_settings
+from support.processes import MEMSTREAM, json_of, memstream, stop, wait_for_text
 
 from memstream.workers.runtime.nats_server import NatsServerProcess
 
@@ -51,11 +51,7 @@ def _reads(env: dict[str, str]) -> dict[str, Any]:
 def test_rebuild_into_postgresql_and_back_gives_the_same_read_models(
     tmp_path: Path, nats_server: NatsServerProcess, postgres_url: str
 ) -> None:
-    sqlite_env = clean_env(
-        MEMSTREAM_NATS_URL=nats_server.url,
-        MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
-        MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
-    )
+    sqlite_env = deployment_env(deployment_settings(nats_server.url, tmp_path / "data"))
     # Given a log written through the CLI (the three workers running), with SQLite read models
     env = sqlite_env
     workers = [_worker(env, tmp_path / f"{name}.log", name) for name in WORKERS]
@@ -109,11 +105,7 @@ def test_rebuild_into_postgresql_and_back_gives_the_same_read_models(
 def test_rebuild_into_refuses_what_is_not_a_read_model_copy(
     tmp_path: Path, nats_server: NatsServerProcess
 ) -> None:
-    env = clean_env(
-        MEMSTREAM_NATS_URL=nats_server.url,
-        MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
-        MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
-    )
+    env = deployment_env(deployment_settings(nats_server.url, tmp_path / "data"))
     wrong_scheme = memstream(
         env, "projections", "rebuild", "--into", f"mysql://bob:{SECRET}@db/x", expect=1
     )

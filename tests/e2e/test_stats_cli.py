@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -14,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.processes import MEMSTREAM, clean_env, json_of, memstream, stop, wait_for_text
+from support.deployment import deployment_env, deployment_settings
+from support.processes import MEMSTREAM, json_of, memstream, stop, wait_for_text
 
 from memstream.client import Memstream, open_memstream
 from memstream.projections.analytics_rows import grouped
-from memstream.settings import Settings
 from memstream.workers.runtime.nats_server import NatsServerProcess
 
 
@@ -28,14 +27,9 @@ async def platform(
 ) -> AsyncIterator[tuple[Memstream, dict[str, str]]]:
     """A client running every worker (the analytics worker too), with registered sessions of
     two models, an unregistered one, and a second namespace; the CLI's environment."""
-    stream = "T" + uuid.uuid4().hex[:12].upper()
-    settings = Settings(data_dir=tmp_path / "a", nats_url=nats_server.url, stream=stream)
+    settings = deployment_settings(nats_server.url, tmp_path / "a")
     ms = await open_memstream(settings, workers=True)
-    env = clean_env(
-        MEMSTREAM_DATA_DIR=str(settings.data_dir),
-        MEMSTREAM_NATS_URL=nats_server.url,
-        MEMSTREAM_STREAM=stream,
-    )
+    env = deployment_env(settings)
     try:
         manager = ms.session_manager()
         await manager.create("One", session_id="one", model="gpt-4o", source="web")

@@ -8,18 +8,17 @@ import json
 import os
 import sqlite3
 import time
-import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.processes import clean_env, json_of, memstream
+from support.deployment import deployment_env, deployment_settings
+from support.processes import json_of, memstream
 
 from memstream.client import Memstream, open_memstream
 from memstream.projections.read_models import read_models_at
-from memstream.settings import Settings
 from memstream.workers.admin.time_travel import CACHE_DIR, prune_cache
 from memstream.workers.runtime.nats_server import NatsServerProcess
 
@@ -29,27 +28,23 @@ async def history(
     tmp_path: Path, nats_server: NatsServerProcess
 ) -> AsyncIterator[tuple[Memstream, dict[str, str], dict[str, Any]]]:
     """A session written in two stages; the sequence and time between them."""
-    stream = "T" + uuid.uuid4().hex[:12].upper()
-    data = tmp_path / "data"
-    settings = Settings(data_dir=data, nats_url=nats_server.url, stream=stream)
+    settings = deployment_settings(nats_server.url, tmp_path / "data")
     ms = await open_memstream(settings, workers=True)
-    env = clean_env(
-        MEMSTREAM_DATA_DIR=str(data), MEMSTREAM_NATS_URL=nats_server.url, MEMSTREAM_STREAM=stream
-    )
+    env = deployment_env(settings)
     try:
         trip = ms.session("trip")
         await trip.append_message({"id": "m1", "role": "user", "content": "ferry to Lisbon"})
         await trip.append_message({"id": "m2", "role": "assistant", "content": "the 8:15"})
         await trip.add_context("memory")
         await trip.replace_context_block("memory", "Likes ferries")
-        then = {"seq": await ms.log.stream_last_seq()}
+        then = {"seq": await ms.core.log.stream_last_seq()}
         await asyncio.sleep(0.05)
         then["time"] = datetime.now(UTC).isoformat()
         await asyncio.sleep(0.05)
         await trip.append_message({"id": "m3", "role": "user", "content": "the tram instead"})
         await trip.replace_context_block("memory", "Likes trams")
         await ms.session("later").append_message({"role": "user", "content": "tram stop"})
-        await ms.wait_for_sessions()
+        await ms.wait_for("sessions")
         yield ms, env, then
     finally:
         await ms.close()

@@ -21,7 +21,7 @@ async def _write(ms: Memstream) -> None:
     trip = ms.session("trip")
     await trip.append_message({"id": "m1", "role": "user", "content": "Ferry to Lisbon?"})
     await trip.append_message({"id": "m2", "role": "assistant", "content": "At 8:15"})
-    await ms.wait_for_sessions()
+    await ms.wait_for("sessions")
 
 
 async def test_status_projections_verify_and_doctor(ms: Memstream) -> None:
@@ -46,7 +46,7 @@ async def test_trails_events_overview_and_time_travel(ms: Memstream) -> None:
     assert [e.type for e in trail].count("session.message_appended") == 2
     first = await admin.event_at(ms, 1)
     assert first.seq == 1
-    last = await ms.log.stream_last_seq()
+    last = await ms.core.log.stream_last_seq()
     with pytest.raises(NotFoundError, match=f"the log's last sequence is {last}"):
         await admin.event_at(ms, last + 5)
     overview = await admin.session_overview(ms, "trip")
@@ -70,7 +70,7 @@ async def test_export_then_import_into_another_stream(
     await _write(ms)
     buffer = io.StringIO()
     exported = await admin.export_events(ms, admin.EventQuery(), buffer)
-    assert exported == await ms.log.stream_last_seq()
+    assert exported == await ms.core.log.stream_last_seq()
     backup = tmp_path / "backup.jsonl"
     backup.write_text(buffer.getvalue(), encoding="utf-8")
     # Another cluster: its own server (a stream owns its subjects on a server).

@@ -25,7 +25,7 @@ def conversation(*texts: str, role: str = "user") -> list[dict[str, Any]]:
 
 
 async def profile_subject_seq(ms: Memstream, namespace: str, name: str) -> int:
-    return await ms.log.last_seq(f"ms.{namespace}.profile.{name}")
+    return await ms.core.log.last_seq(f"{ms.core.log.subject_prefix}.{namespace}.profile.{name}")
 
 
 async def test_ingest_extracts_memories_with_provenance_and_is_idempotent(ms: Memstream) -> None:
@@ -206,7 +206,7 @@ async def test_list_pages_with_an_opaque_cursor_and_filters(ms: Memstream) -> No
 async def test_every_limit_is_refused_before_anything_is_published(ms: Memstream) -> None:
     memory = ms.agent_memory("default")
     profile = await memory.get_profile("frank")
-    last = await ms.log.stream_last_seq()
+    last = await ms.core.log.stream_last_seq()
     refused = [
         (lambda: profile.ingest([]), "at least 1"),
         (lambda: profile.ingest(conversation(*["x"] * 501)), "limit is 500"),
@@ -234,7 +234,7 @@ async def test_every_limit_is_refused_before_anything_is_published(ms: Memstream
             await call()
     with pytest.raises(InvalidInputError, match="namespace"):
         ms.agent_memory("Not Valid")
-    assert await ms.log.stream_last_seq() == last
+    assert await ms.core.log.stream_last_seq() == last
 
 
 async def test_replay_rebuilds_memories_identically_without_running_the_extractor(
@@ -249,12 +249,12 @@ async def test_replay_rebuilds_memories_identically_without_running_the_extracto
     before = (await profile.list(limit=500))["memories"]
     # When the memory read model is dropped and rebuilt from the log (the extractor is not
     # involved: its output is in the log)
-    extractor = ms.extractor
+    extractor = ms.core.workers.extractor
     assert extractor is not None
     extracted = extractor.extracted
-    results = await verify(ms.log, ms.copy, ["memory"])
+    results = await verify(ms.core.log, ms.core.reads.copy, ["memory"])
     assert [r.ok for r in results] == [True]
-    await rebuild(ms.log, ms.copy, ["memory"])
+    await rebuild(ms.core.log, ms.core.reads.copy, ["memory"])
     # Then every memory is back, the same, and nothing was extracted again
     assert (await profile.list(limit=500))["memories"] == before
     assert extractor.extracted == extracted
@@ -283,10 +283,10 @@ async def test_vectors_of_another_model_are_dropped_to_be_reindexed_not_mixed(
 ) -> None:
     profile = await ms.agent_memory("default").get_profile("ivan")
     await profile.ingest(conversation("I keep bees on my roof."), session_id="s1")
-    assert ms.memory_queries.vector_state("default", "ivan", "memory")[0] == 1
+    assert ms.core.reads.memory_queries.vector_state("default", "ivan", "memory")[0] == 1
     # When an indexer of another model opens the read model (at its start)
     await ms.close()
-    store = ms.copy.store(("vectors",), long_lived=True, encoder=_OtherModel())
+    store = ms.core.reads.copy.store(("vectors",), long_lived=True, encoder=_OtherModel())
     try:
         # Then the vectors of the first model are gone and the projection starts over from the
         # log (its consumer binds at sequence 1), so vectors of two models never mix
@@ -311,13 +311,13 @@ async def test_a_process_that_only_reads_a_profile_never_replays_it(
     other = await open_memstream(settings, workers=False)
     try:
         replayed: list[str] = []
-        read_subject = other.log.read_subject
+        read_subject = other.core.log.read_subject
 
         def spied(subject: str, after_seq: int = 0) -> Any:
             replayed.append(subject)
             return read_subject(subject, after_seq)
 
-        other.log.read_subject = spied  # type: ignore[method-assign]
+        other.core.log.read_subject = spied  # type: ignore[method-assign]
         before = await profile_subject_seq(other, "default", "reader")
         profile = await other.agent_memory("default").get_profile("reader")
         assert profile.name == "reader"

@@ -147,7 +147,7 @@ def cluster(tmp_path: Path) -> Iterator[dict[str, Node]]:
 
 async def _replicas(ms: Memstream) -> tuple[str, dict[str, bool]]:
     """The stream's leader and whether each follower is current."""
-    info = await ms.log.js.stream_info(ms.log.stream)
+    info = await ms.core.log.js.stream_info(ms.core.log.stream)
     assert info.cluster is not None
     replicas = info.cluster.replicas or []
     return info.cluster.leader or "", {str(r.name): bool(r.current) for r in replicas}
@@ -181,7 +181,7 @@ def _replicated(cluster: dict[str, Node], tmp_path: Path) -> Settings:
 
 def _follower(ms: Memstream, cluster: dict[str, Node], leader: str) -> Node:
     """A server that neither leads the stream nor serves ``ms``."""
-    used = ms.client.connected_url.port if ms.client.connected_url else 0
+    used = ms.core.nats.connected_url.port if ms.core.nats.connected_url else 0
     return next(node for node in cluster.values() if node.name != leader and node.port != used)
 
 
@@ -213,7 +213,10 @@ async def _logged(ms: Memstream) -> dict[str, list[str]]:
     """Each session's message ids, as the log reads through ``ms``'s server."""
     found: dict[str, list[str]] = {}
     for session_id in SESSIONS:
-        events = [e.decode() async for e in ms.log.read_subject(ms.session_subject(session_id))]
+        events = [
+            e.decode()
+            async for e in ms.core.log.read_subject(ms.core.commands.session_subject(session_id))
+        ]
         assert all(isinstance(e, SessionAggregate.MessageAppended) for e in events)
         found[session_id] = [
             e.message_id for e in events if isinstance(e, SessionAggregate.MessageAppended)
@@ -347,7 +350,7 @@ async def test_a_follower_with_damaged_stream_files_rejoins_with_every_acknowled
             assert [m["id"] for m in history] == acknowledged[session_id]
         # And the damaged server, leading the stream, serves the same log to a client that
         # reaches it alone
-        reply = await ms.client.request(
+        reply = await ms.core.nats.request(
             f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}",
             json.dumps({"placement": {"preferred": victim.name}}).encode(),
             timeout=SETTLE_TIMEOUT,

@@ -53,8 +53,8 @@ async def test_eight_independent_writers_on_one_session_lose_no_update(settings:
     try:
         for index in range(WRITERS):
             client = await open_memstream(settings, workers=index == 0)
-            logs.append(CountingLog(client.log))
-            client.sessions.log = logs[-1]
+            logs.append(CountingLog(client.core.log))
+            client.core.commands.sessions.log = logs[-1]
             clients.append(client)
 
         async def write(index: int, client: Memstream) -> None:
@@ -73,7 +73,7 @@ async def test_eight_independent_writers_on_one_session_lose_no_update(settings:
         # Then all 4,000 messages are in the read model, as one chain: every append saw the
         # latest leaf, so no two messages share a parent and every parent exists
         projector = clients[0]
-        await projector.wait_for_sessions(max(c.last_write_seq for c in clients))
+        await projector.wait_for("sessions", max(c.core.ryw.last_write_seq for c in clients))
         history = await projector.session("shared").get_history()
         database = open_database(settings.data_dir / "memstream.db")
         try:
@@ -96,7 +96,7 @@ async def test_eight_independent_writers_on_one_session_lose_no_update(settings:
             own = [r[0] for r in rows if r[0].startswith(f"w{i}-")]
             assert own == [f"w{i}-{n}" for n in range(PER_WRITER)]
         # And the read model equals a rebuild from the log
-        results = await verify(projector.log, SqliteCopy(settings.data_dir / "memstream.db"))
+        results = await verify(projector.core.log, SqliteCopy(settings.data_dir / "memstream.db"))
         assert [r.projection for r in results] == [*EMBEDDED_VERIFIED]
         assert all(r.ok for r in results), results
 

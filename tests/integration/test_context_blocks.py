@@ -57,12 +57,12 @@ def soul_and_memory(ms: Memstream, session_id: str) -> Session:
 
 async def cached_prompt(ms: Memstream, session_id: str) -> str | None:
     await ms.wait_for("context")
-    return ms.context_queries.cached_prompt(ms.namespace, session_id)
+    return ms.core.reads.context_queries.cached_prompt(ms.namespace, session_id)
 
 
 async def stored_keys(ms: Memstream) -> list[str]:
     await ms.wait_for("context")
-    return [b["key"] for b in ms.context_queries.blocks(ms.namespace)]
+    return [b["key"] for b in ms.core.reads.context_queries.blocks(ms.namespace)]
 
 
 # -- the rendered prompt ---------------------------------------------------------------------------
@@ -149,11 +149,11 @@ async def test_builder_methods_chain_and_order_does_not_matter(ms: Memstream) ->
     prompt = await late.freeze_system_prompt()
     # Then the blocks are stored under label_<session id>, and never under the bare label
     assert await stored_keys(ms) == ["memory_abc", "memory_xyz"]
-    rows = {b["key"]: b for b in ms.context_queries.blocks(ms.namespace)}
+    rows = {b["key"]: b for b in ms.core.reads.context_queries.blocks(ms.namespace)}
     assert (rows["memory_xyz"]["label"], rows["memory_xyz"]["session_id"]) == ("memory", "xyz")
     assert rows["memory_xyz"]["content"] == "x"
-    assert ms.context_queries.block_content(ms.namespace, "memory", "abc") == "y"
-    assert ms.context_queries.block_content(ms.namespace, "memory", "") is None
+    assert ms.core.reads.context_queries.block_content(ms.namespace, "memory", "abc") == "y"
+    assert ms.core.reads.context_queries.block_content(ms.namespace, "memory", "") is None
     # And the cached prompt belongs to session xyz only
     assert await cached_prompt(ms, "xyz") == prompt
     assert await cached_prompt(ms, "") is None
@@ -169,7 +169,7 @@ async def test_default_session_uses_bare_keys_and_caches_its_prompt(ms: Memstrea
     second = await session.freeze_system_prompt()
     # Then the block is stored under "memory", and the prompt under the default session
     assert await stored_keys(ms) == ["memory"]
-    assert ms.context_queries.blocks(ms.namespace)[0]["session_id"] in (None, "")
+    assert ms.core.reads.context_queries.blocks(ms.namespace)[0]["session_id"] in (None, "")
     assert first == second == f"{SEP}\nMEMORY [writable]\n{SEP}\nlikes tea"
     assert await cached_prompt(ms, "") == first
 
@@ -405,7 +405,10 @@ async def test_replace_append_and_get_context_block(ms: Memstream) -> None:
     assert (soul.content, soul.writable) == ("You are helpful.", False)
     assert len(session.get_context_blocks()) == 2
     await ms.wait_for("context")
-    assert ms.context_queries.block_content(ms.namespace, "memory", "rw") == "fact1\nfact2\nfact3"
+    assert (
+        ms.core.reads.context_queries.block_content(ms.namespace, "memory", "rw")
+        == "fact1\nfact2\nfact3"
+    )
     # And appending to an empty block adds no leading newline
     notes = await ms.session("rw2").with_context("notes").append_context_block("notes", "first")
     assert notes.content == "first"
@@ -455,7 +458,9 @@ async def test_max_tokens_is_enforced(ms: Memstream) -> None:
     assert block is not None
     assert block.content == "a b c d e"
     await ms.wait_for("context")
-    assert ms.context_queries.block_content(ms.namespace, "memory", "budget") == "a b c d e"
+    assert (
+        ms.core.reads.context_queries.block_content(ms.namespace, "memory", "budget") == "a b c d e"
+    )
     # A budget of 0 is enforced although the header does not show it
     zero = ms.session("zero").with_context("memory", max_tokens=0)
     with pytest.raises(InvalidInputError, match=r"exceeds maxTokens: 2 > 0"):
@@ -550,7 +555,7 @@ async def test_concurrent_appends_from_many_session_objects_all_land(ms: Memstre
     )
     # Then every line is in the block: appends are decided on the log, not on a stale read
     await ms.wait_for("context")
-    content = ms.context_queries.block_content(ms.namespace, "log", "appends") or ""
+    content = ms.core.reads.context_queries.block_content(ms.namespace, "log", "appends") or ""
     assert sorted(content.split("\n")) == [f"line {i}" for i in range(5)]
 
 
@@ -562,7 +567,7 @@ async def test_built_in_block_persists_across_clients(ms: Memstream, settings: S
     assert block is not None
     assert block.content == ""
     await ms.wait_for("context")
-    assert ms.context_queries.block_content(ms.namespace, "memory", "persist") is None
+    assert ms.core.reads.context_queries.block_content(ms.namespace, "memory", "persist") is None
     # When it is written (and projected, which the first client's wait guarantees)
     await session.replace_context_block("memory", "hello world")
     await ms.wait_for("context")
@@ -581,7 +586,9 @@ async def test_built_in_block_persists_across_clients(ms: Memstream, settings: S
     again = ms.session("persist").with_context("memory")
     await again.tools()
     assert content_of(again, "memory") == "updated"
-    assert ms.context_queries.block_content(ms.namespace, "memory", "persist") == "updated"
+    assert (
+        ms.core.reads.context_queries.block_content(ms.namespace, "memory", "persist") == "updated"
+    )
 
 
 # -- tools -----------------------------------------------------------------------------------------
@@ -613,7 +620,10 @@ async def test_tools_load_blocks_lazily_and_write_through(ms: Memstream) -> None
     # Then the reply shows usage and the log holds the text
     assert reply == "Written to memory. Usage: 5% (5/100 tokens)"
     await ms.wait_for("context")
-    assert ms.context_queries.block_content(ms.namespace, "memory", "tools") == "User likes coffee."
+    assert (
+        ms.core.reads.context_queries.block_content(ms.namespace, "memory", "tools")
+        == "User likes coffee."
+    )
     # And a read-only block is refused with an error string, not an exception
     refused = await tools["set_context"].execute({"label": "soul", "content": "x"})
     assert refused == 'Error: Block "soul" is readonly'
@@ -632,7 +642,7 @@ async def test_set_context_append_action(ms: Memstream) -> None:
     # And an unknown action replaces (replace is the default)
     await tools["set_context"].execute({"label": "memory", "content": "only", "action": "other"})
     await ms.wait_for("context")
-    assert ms.context_queries.block_content(ms.namespace, "memory", "append") == "only"
+    assert ms.core.reads.context_queries.block_content(ms.namespace, "memory", "append") == "only"
 
 
 async def test_no_tools_without_writable_blocks_and_exports(ms: Memstream) -> None:
@@ -738,7 +748,7 @@ async def test_provider_returning_a_non_string_is_refused(ms: Memstream) -> None
 
 
 async def test_text_that_cannot_be_stored_is_refused_where_it_comes_in(ms: Memstream) -> None:
-    before = await ms.log.stream_last_seq()
+    before = await ms.core.log.stream_last_seq()
     # A static block's text, a block's description (lone surrogates: not valid Unicode)
     with pytest.raises(InvalidInputError, match="text is not valid Unicode"):
         StaticContext("hi \ud800")
@@ -749,7 +759,7 @@ async def test_text_that_cannot_be_stored_is_refused_where_it_comes_in(ms: Memst
     session = ms.session("odd").with_context("soul", provider=provider).with_cached_prompt()
     with pytest.raises(InvalidInputError, match='provider of block "soul" returned is not valid'):
         await session.freeze_system_prompt()
-    assert await ms.log.stream_last_seq() == before
+    assert await ms.core.log.stream_last_seq() == before
 
 
 async def test_tools_return_error_strings_for_bad_arguments(ms: Memstream) -> None:
@@ -874,16 +884,16 @@ async def test_prompt_and_blocks_come_back_after_a_rebuild(ms: Memstream) -> Non
     await session.replace_context_block("memory", "User likes tea.")
     await ms.session("replay-2").with_context("notes").replace_context_block("notes", "n")
     await ms.wait_for("context")
-    before = ms.context_queries.blocks(ms.namespace)
+    before = ms.core.reads.context_queries.blocks(ms.namespace)
     # When the context read model is dropped
-    drop_projection(ms.copy, "context")
-    assert ms.context_queries.cached_prompt(ms.namespace, "replay") is None
-    assert ms.context_queries.blocks(ms.namespace) == []
+    drop_projection(ms.core.reads.copy, "context")
+    assert ms.core.reads.context_queries.cached_prompt(ms.namespace, "replay") is None
+    assert ms.core.reads.context_queries.blocks(ms.namespace) == []
     # And rebuilt from the log
-    await rebuild(ms.log, ms.copy, ["context"])
+    await rebuild(ms.core.log, ms.core.reads.copy, ["context"])
     # Then the blocks and the frozen prompt are back as they were
-    assert ms.context_queries.blocks(ms.namespace) == before
-    assert ms.context_queries.cached_prompt(ms.namespace, "replay") == frozen
+    assert ms.core.reads.context_queries.blocks(ms.namespace) == before
+    assert ms.core.reads.context_queries.cached_prompt(ms.namespace, "replay") == frozen
     # And a new session object with the same id gets the same frozen prompt
     fresh = soul_and_memory(ms, "replay")
     assert await fresh.freeze_system_prompt() == frozen == WORKED_EXAMPLE
@@ -913,10 +923,12 @@ async def test_new_process_replays_a_dropped_read_model(settings: Settings) -> N
         assert await again.freeze_system_prompt() == frozen == WORKED_EXAMPLE
         # And once the read model caught up with the log, the block is back too
         await second.sync("context")
-        assert second.context_queries.cached_prompt(second.namespace, "restart") == frozen
-        assert second.context_queries.block_content(second.namespace, "memory", "restart") == (
-            "User likes tea."
+        assert (
+            second.core.reads.context_queries.cached_prompt(second.namespace, "restart") == frozen
         )
+        assert second.core.reads.context_queries.block_content(
+            second.namespace, "memory", "restart"
+        ) == ("User likes tea.")
         assert "User likes tea." in await again.refresh_system_prompt()
     finally:
         await second.close()

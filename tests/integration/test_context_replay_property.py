@@ -178,7 +178,7 @@ async def _run(ms: Memstream, program: list[tuple[Any, ...]]) -> dict[str, Refer
 
 async def _check(ms: Memstream, models: dict[str, ReferenceContext], database: Path) -> None:
     await ms.wait_for("context")
-    queries = ms.context_queries
+    queries = ms.core.reads.context_queries
     for name, model in models.items():
         for block in LABELS:
             assert queries.block_content(ms.namespace, block, name) == model.blocks.get(block)
@@ -200,7 +200,7 @@ async def _check(ms: Memstream, models: dict[str, ReferenceContext], database: P
         if model.prompt is not None:
             assert await fresh.freeze_system_prompt() == model.prompt
     # And the live read models equal a replay of the log into a scratch database
-    results = await verify(ms.log, SqliteCopy(database))
+    results = await verify(ms.core.log, SqliteCopy(database))
     assert [r.projection for r in results] == [*EMBEDDED_VERIFIED]
     assert all(r.ok for r in results), results
 

@@ -121,7 +121,7 @@ async def test_same_title_replaces_the_entry(ms: Memstream) -> None:
     assert await search(session, "felines") == "[pets]\nfelines sleep all day"
     assert content_of(session, "knowledge") == "1 entries indexed."
     await ms.wait_for("context")
-    assert ms.context_queries.entry_count(ms.namespace, "knowledge") == 1
+    assert ms.core.reads.context_queries.entry_count(ms.namespace, "knowledge") == 1
 
 
 async def test_web_search_syntax(ms: Memstream) -> None:
@@ -252,7 +252,7 @@ async def test_search_context_errors_are_strings(ms: Memstream) -> None:
         )
     ).startswith("Error: ")
     await ms.wait_for("context")
-    assert ms.context_queries.entry_count(ms.namespace, "knowledge") == 0
+    assert ms.core.reads.context_queries.entry_count(ms.namespace, "knowledge") == 0
 
 
 async def test_read_only_search_provider_gets_search_context_only(ms: Memstream) -> None:
@@ -298,7 +298,7 @@ async def test_user_search_provider_indexes_through_set(ms: Memstream) -> None:
     assert await search(session, "mondays") == NO_RESULTS
     # And nothing went to the built-in search index
     await ms.wait_for("context")
-    assert ms.context_queries.entry_count(ms.namespace, "knowledge") == 0
+    assert ms.core.reads.context_queries.entry_count(ms.namespace, "knowledge") == 0
 
 
 async def test_search_block_keys_share_or_isolate_entries(ms: Memstream) -> None:
@@ -337,11 +337,11 @@ async def test_search_entries_come_back_after_a_rebuild(ms: Memstream) -> None:
     await index(session, "Dogs", DOGS)
     await ms.wait_for("context")
     # When the context read model is dropped and rebuilt from the log
-    drop_projection(ms.copy, "context")
-    assert ms.context_queries.entry_count(ms.namespace, "knowledge") == 0
-    await rebuild(ms.log, ms.copy, ["context"])
+    drop_projection(ms.core.reads.copy, "context")
+    assert ms.core.reads.context_queries.entry_count(ms.namespace, "knowledge") == 0
+    await rebuild(ms.core.log, ms.core.reads.copy, ["context"])
     # Then the entries are back, with their latest content only
-    assert ms.context_queries.entry_count(ms.namespace, "knowledge") == 2
+    assert ms.core.reads.context_queries.entry_count(ms.namespace, "knowledge") == 2
     fresh = knowledge_session(ms, "replay")
     assert hits(await search(fresh, "animals -bark")) == ["cats"]
     assert hits(await search(fresh, "bark")) == ["dogs"]

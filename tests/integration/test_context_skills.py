@@ -51,7 +51,7 @@ def skill_session(ms: Memstream, session_id: str, skills_dir: Path) -> Session:
 
 async def loaded_on_log(ms: Memstream, session_id: str) -> list[str]:
     await ms.wait_for("context")
-    return ms.context_queries.loaded_skills(ms.namespace, session_id)
+    return ms.core.reads.context_queries.loaded_skills(ms.namespace, session_id)
 
 
 def load_part(label: str, key: str, output: str, call_id: str) -> dict[str, Any]:
@@ -609,16 +609,16 @@ async def test_loaded_skills_come_back_after_a_rebuild(ms: Memstream, skills_dir
     await third.clear_messages()
     assert await loaded_on_log(ms, "replay-a") == ["skills:code-review", "skills:pirate"]
     # When the context read model is dropped and rebuilt from the log
-    drop_projection(ms.copy, "context")
-    assert ms.context_queries.loaded_skills(ms.namespace, "replay-a") == []
-    await rebuild(ms.log, ms.copy, ["context"])
+    drop_projection(ms.core.reads.copy, "context")
+    assert ms.core.reads.context_queries.loaded_skills(ms.namespace, "replay-a") == []
+    await rebuild(ms.core.log, ms.core.reads.copy, ["context"])
     # Then the loaded skills are back, in load order
-    assert ms.context_queries.loaded_skills(ms.namespace, "replay-a") == [
+    assert ms.core.reads.context_queries.loaded_skills(ms.namespace, "replay-a") == [
         "skills:code-review",
         "skills:pirate",
     ]
-    assert ms.context_queries.loaded_skills(ms.namespace, "replay-b") == []
-    assert ms.context_queries.loaded_skills(ms.namespace, "replay-c") == []
+    assert ms.core.reads.context_queries.loaded_skills(ms.namespace, "replay-b") == []
+    assert ms.core.reads.context_queries.loaded_skills(ms.namespace, "replay-c") == []
     # And new session objects restore them
     fresh = skill_session(ms, "replay-a", skills_dir)
     await fresh.tools()

@@ -24,11 +24,11 @@ async def test_second_client_uses_the_running_server_and_takes_over(tmp_path: Pa
     owner = await open_memstream(settings)
     guest = await open_memstream(settings)
     try:
-        assert owner.runtime is not None
-        assert owner.runtime.owner
-        assert guest.runtime is not None
-        assert not guest.runtime.owner
-        assert guest.runtime.url == owner.runtime.url
+        assert owner.core.runtime is not None
+        assert owner.core.runtime.owner
+        assert guest.core.runtime is not None
+        assert not guest.core.runtime.owner
+        assert guest.core.runtime.url == owner.core.runtime.url
         # When the guest writes, the owner's projector serves the guest's read-your-writes
         await guest.session("s").append_message({"id": "m1", "role": "user", "content": "one"})
         assert [m["id"] for m in await guest.session("s").get_history()] == ["m1"]
@@ -38,7 +38,7 @@ async def test_second_client_uses_the_running_server_and_takes_over(tmp_path: Pa
         # the projector, and nothing acknowledged is lost
         async with asyncio.timeout(30):
             while True:
-                if guest.runtime.owner and guest.projector is not None:
+                if guest.core.runtime.owner and guest.core.workers.projector is not None:
                     break
                 await asyncio.sleep(0.05)
             while True:
@@ -62,17 +62,17 @@ async def test_an_owner_that_exits_leaves_the_server_to_its_guest(tmp_path: Path
     owner = await open_memstream(Settings(data_dir=data_dir))
     guest = await open_memstream(Settings(data_dir=data_dir))
     try:
-        assert owner.runtime is not None
-        assert guest.runtime is not None
-        server_pid = owner.runtime.server_pid
+        assert owner.core.runtime is not None
+        assert guest.core.runtime is not None
+        server_pid = owner.core.runtime.server_pid
         # When the owner exits
         await owner.close()
         # Then the server keeps running: the guest's next write succeeds at once, unretried
         await guest.session("s").append_message({"id": "m1", "role": "user", "content": "one"})
         # And the guest adopts that same server and runs the projector for its reads
         assert [m["id"] for m in await guest.session("s").get_history()] == ["m1"]
-        assert guest.runtime.owner
-        assert guest.runtime.server_pid == server_pid
+        assert guest.core.runtime.owner
+        assert guest.core.runtime.server_pid == server_pid
         assert json.loads((data_dir / "runtime.json").read_text())["server_pid"] == server_pid
         assert _servers_of(data_dir) == [server_pid]
     finally:
@@ -249,7 +249,7 @@ from memstream.settings import Settings
 
 async def main() -> None:
     ms = await open_memstream(Settings(data_dir=Path(sys.argv[1])))
-    print(ms.runtime.server_pid, flush=True)
+    print(ms.core.runtime.server_pid, flush=True)
     raise RuntimeError("crashed before close")
 
 asyncio.run(main())

@@ -90,7 +90,7 @@ async def test_a_looser_data_dir_is_tightened_with_a_warning(
 async def test_the_embedded_server_refuses_a_client_without_the_token(
     tmp_path: Path, embedded: Memstream
 ) -> None:
-    runtime = embedded.runtime
+    runtime = embedded.core.runtime
     assert runtime is not None
     data_dir = tmp_path / "data"
     token = (data_dir / "nats.token").read_text().strip()
@@ -120,8 +120,8 @@ async def test_the_embedded_server_refuses_a_client_without_the_token(
 async def test_a_guest_uses_the_token_of_the_data_dir(tmp_path: Path, embedded: Memstream) -> None:
     # Given a second client on the data dir (a guest of this process's server)
     async with memstream.connect(data_dir=tmp_path / "data") as guest:
-        assert guest.runtime is not None
-        assert not guest.runtime.owner
+        assert guest.core.runtime is not None
+        assert not guest.core.runtime.owner
         # When it writes and reads, Then the server let it in
         await guest.session("g").append_message({"id": "m", "role": "user", "content": "hi"})
         assert [m["id"] for m in await guest.session("g").get_history()] == ["m"]

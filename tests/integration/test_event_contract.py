@@ -29,7 +29,7 @@ def _message(n: int) -> dict[str, object]:
 async def _publish_old(ms: Memstream, session_id: str, count: int) -> int:
     """``count`` appends to ``session_id`` in the form events had before the contract."""
     aggregate = SessionAggregate.empty(ms.namespace, session_id)
-    subject = ms.session_subject(session_id)
+    subject = ms.core.commands.session_subject(session_id)
     last = 0
     for n in range(count):
         [event] = aggregate.append_message(_message(n))
@@ -37,7 +37,7 @@ async def _publish_old(ms: Memstream, session_id: str, count: int) -> int:
         meta = CommandMeta()
         payload, headers = _encode_stored(event, meta, meta.command_id)
         message = OutgoingMessage(payload, headers, meta.command_id)
-        last = (await ms.log.publish(subject, [message], last)).seq
+        last = (await ms.core.log.publish(subject, [message], last)).seq
     return last
 
 
@@ -60,7 +60,7 @@ async def test_a_log_from_before_the_contract_goes_on_in_it(
     try:
         seq = await other.session("s").append_message(_message(8))
         assert await other.session("s").append_message(_message(3)) == seq  # an existing id
-        assert other.log.entries_read == 7  # the subject's 5 old events and 2 new ones
+        assert other.core.log.entries_read == 7  # the subject's 5 old events and 2 new ones
     finally:
         await other.close()
     await ms.sync("sessions")
@@ -83,7 +83,7 @@ async def test_a_plain_nats_consumer_reads_the_contract(ms: Memstream, settings:
     client = await nats.connect(settings.nats_url)
     try:
         js = client.jetstream()
-        sub = await js.pull_subscribe(f"{ms.log.subject_prefix}.>", stream=ms.log.stream)
+        sub = await js.pull_subscribe(f"{ms.core.log.subject_prefix}.>", stream=ms.core.log.stream)
         msgs = await sub.fetch(10, timeout=5)
     finally:
         await client.close()
@@ -107,6 +107,7 @@ def _follow(settings: Settings, state: Path) -> dict[str, int]:
     counts: dict[str, int] = script_json(
         EXAMPLE,
         *("--url", settings.nats_url, "--stream", settings.stream, "--durable", "example"),
+        *("--prefix", settings.subject_prefix),
         *("--state", str(state), "--once", "--json"),
         timeout=60,
     )
@@ -134,13 +135,13 @@ async def test_the_example_consumer_counts_messages_with_nats_py_and_json(
     # And run again on the same durable consumer and state, it counts only what is new
     await a.append_message(_message(6))
     assert await asyncio.to_thread(_follow, settings, state) == {"a": 6, "b": 1}
-    assert json.loads(state.read_text())["last_seq"] == await ms.log.stream_last_seq()
+    assert json.loads(state.read_text())["last_seq"] == await ms.core.log.stream_last_seq()
 
 
 async def _actors(ms: Memstream) -> list[str]:
     """The Ms-Actor of every event on the log, in order."""
     found = []
-    async for entry in ms.log.read_subject(f"{ms.log.subject_prefix}.>"):
+    async for entry in ms.core.log.read_subject(f"{ms.core.log.subject_prefix}.>"):
         found.append(entry.headers["Ms-Actor"])
     return found
 
@@ -170,7 +171,7 @@ async def test_events_record_who_caused_them(settings: Settings) -> None:
 
 
 async def test_a_bad_actor_is_refused_before_anything_is_written(ms: Memstream) -> None:
-    before = await ms.log.stream_last_seq()
+    before = await ms.core.log.stream_last_seq()
     for actor, reason in (
         ("", "minimum is 1"),
         ("x" * 129, "limit is 128"),
@@ -180,4 +181,4 @@ async def test_a_bad_actor_is_refused_before_anything_is_written(ms: Memstream) 
             ms.session("s", actor=actor)
         with pytest.raises(InvalidInputError, match=reason):
             Settings.from_env({}, actor=actor) if actor else check_actor(actor)
-    assert await ms.log.stream_last_seq() == before
+    assert await ms.core.log.stream_last_seq() == before

@@ -24,6 +24,7 @@ def _index(settings: Settings, database: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = script_json(
         EXAMPLES / "session_index.py",
         *("--url", settings.nats_url or "", "--stream", settings.stream),
+        *("--prefix", settings.subject_prefix),
         *("--durable", "index", "--database", str(database), "--once", "--json"),
         timeout=60,
     )
@@ -55,7 +56,7 @@ async def test_the_session_index_keeps_its_own_sqlite_state_and_resumes(
     with sqlite3.connect(database) as db:
         (applied,) = db.execute("SELECT last_seq FROM position").fetchone()
     assert applied > 0
-    assert applied <= await ms.log.stream_last_seq()
+    assert applied <= await ms.core.log.stream_last_seq()
 
 
 async def test_daily_tokens_sums_usage_per_day_and_namespace(
@@ -72,6 +73,7 @@ async def test_daily_tokens_sums_usage_per_day_and_namespace(
         script_json,
         EXAMPLES / "daily_tokens.py",
         *("--url", settings.nats_url or "", "--stream", settings.stream, "--json"),
+        *("--prefix", settings.subject_prefix),
     )
     (day,) = rows
     assert day["namespace"] == "default"

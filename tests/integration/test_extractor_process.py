@@ -12,7 +12,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from support.processes import MEMSTREAM, clean_env
+from support.deployment import deployment_env
+from support.processes import MEMSTREAM
 
 from memstream.client import open_memstream
 from memstream.domain.memory_input import check_ingest
@@ -45,9 +46,9 @@ async def test_a_killed_extractor_process_resumes_without_loss_or_duplicates(
 ) -> None:
     # Given 40 ingests of a profile in the log, and no extractor yet
     ms = await open_memstream(settings, workers=False)
-    subject = "ms.default.profile.kim"
+    subject = f"{settings.subject_prefix}.default.profile.kim"
     try:
-        await ms.profile_command("default", "kim", MemoryProfile.create)
+        await ms.core.commands.profile_command("default", "kim", MemoryProfile.create)
         for number in range(SOURCES):
             texts = [
                 f"On day {number} I visited the museum number {number * 20 + i} in Vienna."
@@ -56,32 +57,31 @@ async def test_a_killed_extractor_process_resumes_without_loss_or_duplicates(
             sid, messages = check_ingest(
                 [{"role": "user", "content": t} for t in texts], f"s{number}", WHEN
             )
-            await ms.profile_command("default", "kim", lambda p, s=sid, m=messages: p.ingest(s, m))
-        env = clean_env(
-            MEMSTREAM_NATS_URL=str(settings.nats_url),
-            MEMSTREAM_STREAM=settings.stream,
-            MEMSTREAM_DATA_DIR=str(tmp_path / "extractor-data"),
-            HF_HUB_OFFLINE="1",
+            await ms.core.commands.profile_command(
+                "default", "kim", lambda p, s=sid, m=messages: p.ingest(s, m)
+            )
+        env = deployment_env(
+            settings, MEMSTREAM_DATA_DIR=str(tmp_path / "extractor-data"), HF_HUB_OFFLINE="1"
         )
         # When an extractor process has recorded a few of them and is killed
         first = start_extractor(env, tmp_path / "first.log")
         deadline = time.monotonic() + 120
-        while len(await extracted_sources(ms.log, subject)) < 3:
+        while len(await extracted_sources(ms.core.log, subject)) < 3:
             assert first.poll() is None, (tmp_path / "first.log").read_text()
             assert time.monotonic() < deadline
             await asyncio.sleep(0.02)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
-        at_kill = len(await extracted_sources(ms.log, subject))
+        at_kill = len(await extracted_sources(ms.core.log, subject))
         # And a new extractor process takes over
         second = start_extractor(env, tmp_path / "second.log")
         try:
-            while len(set(await extracted_sources(ms.log, subject))) < SOURCES:
+            while len(set(await extracted_sources(ms.core.log, subject))) < SOURCES:
                 assert second.poll() is None, (tmp_path / "second.log").read_text()
                 assert time.monotonic() < deadline + 120
                 await asyncio.sleep(0.1)
             await asyncio.sleep(1.0)  # anything the second would duplicate lands meanwhile
-            sources = await extracted_sources(ms.log, subject)
+            sources = await extracted_sources(ms.core.log, subject)
         finally:
             second.send_signal(signal.SIGTERM)
             second.wait(30)

@@ -53,6 +53,7 @@ def _start_projector(settings: Settings, batch_size: int, log: Path) -> subproce
                 settings.stream,
                 str(settings.data_dir / "memstream.db"),
                 str(batch_size),
+                settings.subject_prefix,
             ],
             stdout=subprocess.DEVNULL,
             stderr=stderr,
@@ -94,7 +95,7 @@ async def test_projector_killed_mid_projection_resumes_without_loss_or_duplicate
         session = writer.session("big")
         for start in range(0, TOTAL_MESSAGES, BATCH):
             await session.append_messages([_message(i) for i in range(start, start + BATCH)])
-        last = await writer.log.stream_last_seq()
+        last = await writer.core.log.stream_last_seq()
         assert last == TOTAL_MESSAGES // BATCH
 
         # When a projector runs in its own process (committing one event per batch) ...
@@ -132,7 +133,7 @@ async def test_projector_killed_mid_projection_resumes_without_loss_or_duplicate
         assert fts_rows == TOTAL_MESSAGES
         assert await session.get_message(expected[-1]) == _message(TOTAL_MESSAGES - 1)
         # And the read model equals a fresh rebuild from the log into a scratch database
-        results = await verify(writer.log, SqliteCopy(database))
+        results = await verify(writer.core.log, SqliteCopy(database))
         assert [(r.projection, r.seq) for r in results] == [
             ("sessions", last),
             ("context", last),
@@ -226,11 +227,11 @@ async def test_nats_restart_during_write_loop_loses_no_acknowledged_write(
         # And every acknowledged write is in the read model, exactly once, as one chain
         assert acknowledged == [f"m{i:05d}" for i in range(total)]
         if reads:
-            assert ms.overlapped_writes > 100, ms.overlapped_writes
+            assert ms.core.own.overlapped_writes > 100, ms.core.own.overlapped_writes
         history = await session.get_history()
         assert [m["id"] for m in history] == acknowledged
         # And the read model still equals a rebuild from the log
-        results = await verify(ms.log, SqliteCopy(settings.data_dir / "memstream.db"))
+        results = await verify(ms.core.log, SqliteCopy(settings.data_dir / "memstream.db"))
         assert [r.projection for r in results] == [*EMBEDDED_VERIFIED]
         assert all(r.ok for r in results), results
     finally:
@@ -249,9 +250,10 @@ async def test_poison_events_are_dead_lettered_and_the_projector_keeps_going(
     # Given a projecting client and a session with one message
     session = ms.session("s")
     await session.append_message(_message(1))
+    x, y = (f"{ms.core.log.subject_prefix}.default.session.{s}" for s in ("x", "y"))
     # When garbage with bogus headers lands on a session subject ...
-    garbage = await ms.log.js.publish(
-        "ms.default.session.x",
+    garbage = await ms.core.log.js.publish(
+        x,
         b"\xff\xfe not json {",
         headers={"Ms-Topic": "no.such:Event", "Ms-Originator-Id": "?", "Nats-Msg-Id": "junk-1"},
     )
@@ -267,8 +269,8 @@ async def test_poison_events_are_dead_lettered_and_the_projector_keeps_going(
     )
     meta = CommandMeta(command_id="bad-1")
     payload, headers = encode_event(bad_event, meta, meta.command_id)
-    unappliable = await ms.log.publish(
-        "ms.default.session.y", [OutgoingMessage(payload, headers, meta.command_id)], None
+    unappliable = await ms.core.log.publish(
+        y, [OutgoingMessage(payload, headers, meta.command_id)], None
     )
     # ... and then more good events follow
     await session.append_message(_message(2))
@@ -282,29 +284,29 @@ async def test_poison_events_are_dead_lettered_and_the_projector_keeps_going(
     # context projection has nothing to do with a message and applies it)
     # (the analytics worker, a consumer of its own, dead-letters the undecodable one too)
     await ms.sync("analytics")
-    letters = dead_letters(ms.read_models.connection)
+    letters = dead_letters(ms.core.reads.read_models.connection)
     # (a dead letter keeps the subject as stored: with its partition on a partitioned stream)
     assert [
         (d["projection"], d["seq"], logical_subject(d["subject"]), d["attempts"]) for d in letters
     ] == [
-        ("analytics", garbage.seq, "ms.default.session.x", 1),
-        ("context", garbage.seq, "ms.default.session.x", 1),
-        ("memory", garbage.seq, "ms.default.session.x", 1),
-        ("registry", garbage.seq, "ms.default.session.x", 1),
-        ("sessions", garbage.seq, "ms.default.session.x", 1),
-        ("sessions", unappliable.seq, "ms.default.session.y", 5),
+        ("analytics", garbage.seq, x, 1),
+        ("context", garbage.seq, x, 1),
+        ("memory", garbage.seq, x, 1),
+        ("registry", garbage.seq, x, 1),
+        ("sessions", garbage.seq, x, 1),
+        ("sessions", unappliable.seq, y, 5),
     ]
     assert letters[5]["topic"] == "session.message_appended"  # its type in the event contract
-    assert ms.projector is not None
-    assert ms.projector.stats.dead_lettered == 5
+    assert ms.core.workers.projector is not None
+    assert ms.core.workers.projector.stats.dead_lettered == 5
     # And the session the garbage landed on is still writable (its aggregate passes over it)
     await ms.session("x").append_message(_message(4))
     assert [m["id"] for m in await ms.session("x").get_history()] == ["m00004"]
     # And a rebuild from the log gets past the same poison events to the same read model
-    results = await verify(ms.log, SqliteCopy(settings.data_dir / "memstream.db"))
+    results = await verify(ms.core.log, SqliteCopy(settings.data_dir / "memstream.db"))
     assert [r.projection for r in results] == [*EMBEDDED_VERIFIED]
     assert all(r.ok for r in results), results
-    assert {r.seq for r in results} == {await ms.log.stream_last_seq()}
+    assert {r.seq for r in results} == {await ms.core.log.stream_last_seq()}
 
 
 @pytest.mark.sqlite_only
@@ -315,9 +317,11 @@ async def test_verify_finds_a_read_model_changed_behind_the_projectors_back(
     session = ms.session("audited")
     for i in range(5):
         await session.append_message(_message(i))
-    await ms.wait_for_sessions()
+    await ms.wait_for("sessions")
     database = settings.data_dir / "memstream.db"
-    assert all(r.ok and r.difference is None for r in await verify(ms.log, SqliteCopy(database)))
+    assert all(
+        r.ok and r.difference is None for r in await verify(ms.core.log, SqliteCopy(database))
+    )
     # When a message row is edited directly in SQLite (not through the log)
     tamper = sqlite3.connect(database, isolation_level=None)
     try:
@@ -326,7 +330,9 @@ async def test_verify_finds_a_read_model_changed_behind_the_projectors_back(
         tamper.close()
     # Then verify reports the sessions read model as different from its rebuild, says where,
     # and the context read model, untouched, still verifies
-    sessions, context, _registry, _memory, _analytics = await verify(ms.log, SqliteCopy(database))
+    sessions, context, _registry, _memory, _analytics = await verify(
+        ms.core.log, SqliteCopy(database)
+    )
     assert (sessions.projection, sessions.ok, context.ok) == ("sessions", False, True)
     assert sessions.live != sessions.rebuilt
     assert sessions.difference is not None
@@ -337,6 +343,6 @@ async def test_verify_finds_a_read_model_changed_behind_the_projectors_back(
                                             '{"id":"forged"}')  # fmt: skip
     assert json.loads(sessions.difference.rebuilt[5]) == _message(2)
     # And a rebuild from the log repairs it
-    await rebuild(ms.log, SqliteCopy(database))
-    assert all(r.ok for r in await verify(ms.log, SqliteCopy(database)))
+    await rebuild(ms.core.log, SqliteCopy(database))
+    assert all(r.ok for r in await verify(ms.core.log, SqliteCopy(database)))
     assert await session.get_message("m00002") == _message(2)

@@ -65,7 +65,10 @@ async def test_context_labels_and_contents_are_literal(ms: Memstream) -> None:
         session = ms.session(f"ctx{i}").with_context(text, description=text)
         await session.replace_context_block(text, f"{text} body")
         await ms.wait_for("context")
-        assert ms.context_queries.block_content(ms.namespace, text, f"ctx{i}") == f"{text} body"
+        assert (
+            ms.core.reads.context_queries.block_content(ms.namespace, text, f"ctx{i}")
+            == f"{text} body"
+        )
         assert f"{text} body" in await session.freeze_system_prompt()
 
 

@@ -60,23 +60,23 @@ async def test_same_command_twice_from_one_client_is_one_event(ms: Memstream) ->
     # Given a command with a fixed command id whose message has no id, so that every decision
     # of it mints a new message id and only the log's dedupe (Nats-Msg-Id) can spot a replay
     meta = CommandMeta(command_id="cmd-append-1")
-    subject = ms.session_subject("s")
+    subject = ms.core.commands.session_subject("s")
 
     def append(session: SessionAggregate) -> list[SessionAggregate.Event]:
         return session.append_message({"role": "user", "content": "hello"})
 
     # When the client runs it twice (a retry after an unknown outcome)
-    first = await ms.session_command("s", append, meta)
-    second = await ms.session_command("s", append, meta)
+    first = await ms.core.commands.session_command("s", append, meta)
+    second = await ms.core.commands.session_command("s", append, meta)
 
     # Then the log holds one event, and the read model one message
     assert first.seq == second.seq
-    assert await _subject_count(ms.log, subject) == 1
+    assert await _subject_count(ms.core.log, subject) == 1
     history = await ms.session("s").get_history()
     assert [m["parts"] for m in history] == [[{"type": "text", "text": "hello"}]]
     # And the client's aggregate is the log's, not its own second decision: the one message is
     # the latest leaf, a root without children
-    state = await ms.sessions.inspect(
+    state = await ms.core.commands.sessions.inspect(
         subject,
         "s",
         lambda s: (
@@ -96,29 +96,29 @@ async def test_same_command_from_two_clients_is_deduplicated_by_the_log(
         settings.with_(data_dir=settings.data_dir / "other"), workers=False
     )
     try:
-        subject = ms.session_subject("s")
+        subject = ms.core.commands.session_subject("s")
         await ms.session("s").append_message(_message("m0"))
-        await ms.sessions.inspect(subject, "s", lambda s: s.latest_leaf)
-        await other.sessions.inspect(subject, "s", lambda s: s.latest_leaf)
+        await ms.core.commands.sessions.inspect(subject, "s", lambda s: s.latest_leaf)
+        await other.core.commands.sessions.inspect(subject, "s", lambda s: s.latest_leaf)
         meta = CommandMeta(command_id="cmd-append-2")
 
         # When both run the same command (same command id = Nats-Msg-Id), each deciding it on
         # its own cache and minting its own message id
-        first = await ms.session_command(
+        first = await ms.core.commands.session_command(
             "s", lambda s: s.append_message({"role": "user", "content": "one"}), meta
         )
-        second = await other.session_command(
+        second = await other.core.commands.session_command(
             "s", lambda s: s.append_message({"role": "user", "content": "two"}), meta
         )
 
         # Then the log deduplicates the second publish: one event, one message, first wins
         assert second.seq == first.seq
-        assert await _subject_count(ms.log, subject) == 2
+        assert await _subject_count(ms.core.log, subject) == 2
         history = await ms.session("s").get_history()
         assert [m["parts"][0]["text"] for m in history] == ["hello", "one"]
         # And the second client's aggregate caught up with the log rather than forking
         ids = [m["id"] for m in history]
-        state = await other.sessions.inspect(
+        state = await other.core.commands.sessions.inspect(
             subject,
             "s",
             lambda s: (
@@ -134,22 +134,24 @@ async def test_same_command_from_two_clients_is_deduplicated_by_the_log(
 
 async def test_the_log_acknowledges_a_republished_message_as_a_duplicate(ms: Memstream) -> None:
     # Given an event message with a message id
-    subject = ms.session_subject("raw")
+    subject = ms.core.commands.session_subject("raw")
     event = SessionAggregate.empty("default", "raw").append_message(_message("m1"))[0]
     meta = CommandMeta(command_id="cmd-raw")
     message = OutgoingMessage(*encode_event(event, meta, meta.command_id), msg_id=meta.command_id)
-    first = await ms.log.publish(subject, [message], 0)
+    first = await ms.core.log.publish(subject, [message], 0)
     # When it is published again, unguarded or guarded by the subject's current last sequence
     # (a retry after reloading the aggregate)
-    again = [await ms.log.publish(subject, [message], expected) for expected in (None, first.seq)]
+    again = [
+        await ms.core.log.publish(subject, [message], expected) for expected in (None, first.seq)
+    ]
     # Then each republish is acknowledged as a duplicate of the first
     assert not first.duplicate
     assert [(r.seq, r.duplicate) for r in again] == [(first.seq, True), (first.seq, True)]
     # And a republish still guarded by the stale sequence is refused (the server checks the
     # expected sequence before the duplicate window); either way the log stores it once
     with pytest.raises(ExpectedSequenceMismatch):
-        await ms.log.publish(subject, [message], 0)
-    assert await _subject_count(ms.log, subject) == 1
+        await ms.core.log.publish(subject, [message], 0)
+    assert await _subject_count(ms.core.log, subject) == 1
 
 
 async def test_same_message_id_with_different_command_ids_is_a_domain_no_op(ms: Memstream) -> None:
@@ -157,17 +159,17 @@ async def test_same_message_id_with_different_command_ids_is_a_domain_no_op(ms: 
     session = ms.session("s")
     await session.append_message(_message("m1", "first"))
     # When m1 is appended again under other command ids, with other content and parents
-    await ms.session_command(
+    await ms.core.commands.session_command(
         "s", lambda s: s.append_message(_message("m1", "second")), CommandMeta(command_id="a")
     )
-    await ms.session_command(
+    await ms.core.commands.session_command(
         "s",
         lambda s: s.append_message(_message("m1", "third"), None),
         CommandMeta(command_id="b"),
     )
     await session.append_messages([_message("m1", "fourth"), _message("m2")])
     # Then the log holds the first append and the batch's new message only
-    assert await _subject_count(ms.log, ms.session_subject("s")) == 2
+    assert await _subject_count(ms.core.log, ms.core.commands.session_subject("s")) == 2
     # And the first content wins
     assert await session.get_history() == [_message("m1", "first"), _message("m2")]
 
@@ -183,7 +185,7 @@ async def test_committed_but_unacknowledged_batch_is_skipped_when_redelivered(
     await session.update_message(_message("m2", "changed"))
     await session.delete_messages(["m4"])
     await session.add_compaction("summary", "m1", "m3")
-    entries = await _read_all(ms.log)
+    entries = await _read_all(ms.core.log)
     assert len(entries) == 9
 
     # When a batch is committed to a read model ...
@@ -202,8 +204,10 @@ async def test_committed_but_unacknowledged_batch_is_skipped_when_redelivered(
         assert (stats.applied, stats.skipped) == (9, 7)
         assert tracked_seq(connection, "sessions") == 9
         # Then the result equals the live read model that saw every event once
-        await ms.wait_for_sessions()
-        assert checksum(connection, "sessions") == checksum(ms.read_models.connection, "sessions")
+        await ms.wait_for("sessions")
+        assert checksum(connection, "sessions") == checksum(
+            ms.core.reads.read_models.connection, "sessions"
+        )
     finally:
         connection.close()
 
@@ -216,7 +220,7 @@ async def test_a_batch_landing_after_a_rebuild_dropped_the_read_model_writes_not
     session = ms.session("s")
     for i in range(8):
         await session.append_message(_message(f"m{i}", f"text {i}"))
-    entries = await _read_all(ms.log)
+    entries = await _read_all(ms.core.log)
     connection = open_database(tmp_path / "rewound.db")
     try:
         stats = ProjectorStats()
@@ -232,8 +236,10 @@ async def test_a_batch_landing_after_a_rebuild_dropped_the_read_model_writes_not
         assert checksum(connection, "sessions") == emptied
         # And a rebuild from the start yields the live read model
         assert apply_batch(connection, default_projections(), entries, stats) == 8
-        await ms.wait_for_sessions()
-        assert checksum(connection, "sessions") == checksum(ms.read_models.connection, "sessions")
+        await ms.wait_for("sessions")
+        assert checksum(connection, "sessions") == checksum(
+            ms.core.reads.read_models.connection, "sessions"
+        )
     finally:
         connection.close()
 
@@ -251,19 +257,19 @@ async def test_projector_resuming_over_a_committed_unacknowledged_batch_applies_
             await session.append_message(_message(f"m{i}"))
         database = settings.data_dir / "memstream.db"
         connection = open_database(database)
-        worker = ProjectorWorker(writer.log, SqliteReadModelStore(connection), batch_size=3)
+        worker = ProjectorWorker(writer.core.log, SqliteReadModelStore(connection), batch_size=3)
         try:
-            js = writer.log.js
+            js = writer.core.log.js
             await js.add_consumer(
-                writer.log.stream,
+                writer.core.log.stream,
                 api.ConsumerConfig(
                     durable_name=worker.durable,
                     ack_policy=api.AckPolicy.ALL,
                     ack_wait=60.0,
-                    filter_subject="ms.>",
+                    filter_subject=f"{writer.core.log.subject_prefix}.>",
                 ),
             )
-            dead = await js.pull_subscribe_bind(worker.durable, writer.log.stream)
+            dead = await js.pull_subscribe_bind(worker.durable, writer.core.log.stream)
             fetched = await dead.fetch(5, timeout=2)
             entries = [
                 LogEntry(m.metadata.sequence.stream, m.subject, m.data, dict(m.headers or {}))
@@ -271,19 +277,19 @@ async def test_projector_resuming_over_a_committed_unacknowledged_batch_applies_
             ]
             assert worker.store.apply(entries, ProjectorStats()) == 5
             await dead.unsubscribe()
-            info = await js.consumer_info(writer.log.stream, worker.durable)
+            info = await js.consumer_info(writer.core.log.stream, worker.durable)
             assert (info.num_ack_pending, info.ack_floor.stream_seq) == (5, 0)
 
             # When a new projector starts on that consumer and read model, and more events arrive
             worker.start()
             for i in range(5, 8):
                 await session.append_message(_message(f"m{i}"))
-            await writer.wait_for_sessions()
+            await writer.wait_for("sessions")
 
             # Then only the new events were applied, and the read model equals a rebuild
             assert worker.stats.applied == 3
             assert [m["id"] for m in await session.get_history()] == [f"m{i}" for i in range(8)]
-            results = await verify(writer.log, SqliteCopy(database))
+            results = await verify(writer.core.log, SqliteCopy(database))
             assert [r.projection for r in results] == ["sessions", "context", "registry", "memory"]
             assert all(r.ok for r in results), results
         finally:

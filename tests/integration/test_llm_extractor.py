@@ -104,14 +104,19 @@ async def test_a_source_that_keeps_failing_is_recorded_with_no_memories(
         assert (await profile.list())["memories"] == []
         [listed] = await ms.agent_memory("default").list_profiles()
         assert listed["messages"] == 1
-        entries = [e async for e in ms.log.read_subject("ms.default.profile.zoe")]
+        entries = [
+            e
+            async for e in ms.core.log.read_subject(
+                f"{ms.core.log.subject_prefix}.default.profile.zoe"
+            )
+        ]
         extracted = [json.loads(e.payload) for e in entries]
         [record] = [p for p in extracted if p["type"] == "memory.memories_extracted"]
         assert record["memories"] == []
         assert record["extractor"]["name"] == "openai-compatible"
         assert "ExtractionOutputError" in record["extractor"]["error"]
-        assert ms.extractor is not None
-        assert ms.extractor.failed == 1
+        assert ms.core.workers.extractor is not None
+        assert ms.core.workers.extractor.failed == 1
     finally:
         await ms.close()
 

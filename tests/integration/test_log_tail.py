@@ -135,7 +135,9 @@ async def test_a_command_decided_on_a_snapshot_ahead_of_the_log_is_decided_again
         await ms.session("chat").append_message({"id": "new", "role": "user", "content": "x"})
         # Then the command is decided again on the log's events, at once (no retry loop)
         assert time.monotonic() - started < 5
-        entries = [e async for e in ms.log.read_subject(ms.session_subject("chat"))]
+        entries = [
+            e async for e in ms.core.log.read_subject(ms.core.commands.session_subject("chat"))
+        ]
         assert len(entries) == 101
         # and the new message follows the log's last one (m99), not the lost m149
         event = json.loads(entries[-1].payload)
@@ -359,8 +361,13 @@ async def test_a_log_that_serves_a_session_with_a_hole_is_named_and_nothing_deci
             await writer.session("chat").append_message(
                 {"id": f"m{i}", "role": "user", "content": "x"}
             )
-        entries = [e async for e in writer.log.read_subject(writer.session_subject("chat"))]
-        await writer.log.js.delete_msg(writer.log.stream, entries[2].seq)
+        entries = [
+            e
+            async for e in writer.core.log.read_subject(
+                writer.core.commands.session_subject("chat")
+            )
+        ]
+        await writer.core.log.js.delete_msg(writer.core.log.stream, entries[2].seq)
         last = entries[-1].seq
     finally:
         await writer.close()
@@ -375,11 +382,11 @@ async def test_a_log_that_serves_a_session_with_a_hole_is_named_and_nothing_deci
         # Then the hole is named at once (no retry loop): the subject and the versions
         assert time.monotonic() - started < 5
         message = str(raised.value)
-        assert reader.session_subject("chat") in message
+        assert reader.core.commands.session_subject("chat") in message
         assert "version 4 where version 3 is due" in message
         assert "memstream doctor" in message
         # and nothing was decided on it
-        assert await reader.log.last_seq(reader.session_subject("chat")) == last
+        assert await reader.core.log.last_seq(reader.core.commands.session_subject("chat")) == last
     finally:
         await reader.close()
 
@@ -394,8 +401,13 @@ async def test_a_projector_reading_a_log_with_a_hole_names_the_missing_versions(
         for i in range(5):
             message = {"id": f"m{i}", "role": "user", "content": "x"}
             await writer.session("chat").append_message(message)
-        entries = [e async for e in writer.log.read_subject(writer.session_subject("chat"))]
-        await writer.log.js.delete_msg(writer.log.stream, entries[2].seq)
+        entries = [
+            e
+            async for e in writer.core.log.read_subject(
+                writer.core.commands.session_subject("chat")
+            )
+        ]
+        await writer.core.log.js.delete_msg(writer.core.log.stream, entries[2].seq)
     finally:
         await writer.close()
     # When a projector builds a read model from it

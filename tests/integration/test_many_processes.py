@@ -14,9 +14,9 @@ import sqlite3
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
+from support.deployment import deployment_env, deployment_settings
 from support.processes import (
     clean_env,
     freeze,
@@ -43,11 +43,7 @@ def script(env: dict[str, str], *args: str) -> str:
 def external_env(data_dir: Path, nats_server: NatsServerProcess) -> dict[str, str]:
     """The settings of a process on ``nats_server`` (a stream of the test's own) and a data
     dir."""
-    return clean_env(
-        MEMSTREAM_NATS_URL=nats_server.url,
-        MEMSTREAM_DATA_DIR=str(data_dir),
-        MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
-    )
+    return deployment_env(deployment_settings(nats_server.url, data_dir))
 
 
 def test_a_new_embedded_process_reads_what_an_exited_writer_wrote(tmp_path: Path) -> None:
@@ -136,15 +132,12 @@ def test_a_second_projector_for_one_copy_is_refused_and_takes_over_after_a_kill(
 def test_two_data_dirs_on_one_nats_each_project_the_whole_stream(
     tmp_path: Path, nats_server: NatsServerProcess
 ) -> None:
-    stream = "T" + uuid.uuid4().hex[:12].upper()
+    shared = deployment_settings(nats_server.url, tmp_path)
     envs = [
-        clean_env(
-            MEMSTREAM_NATS_URL=nats_server.url,
-            MEMSTREAM_DATA_DIR=str(tmp_path / name),
-            MEMSTREAM_STREAM=stream,
-        )
+        deployment_env(shared, MEMSTREAM_DATA_DIR=str(tmp_path / name))
         for name in ("host-a", "host-b")
     ]
+    stream = shared.stream
     # Given a projector process for each of two data dirs (two hosts) on one NATS stream
     workers = [start_worker(env, tmp_path / f"worker-{i}.log") for i, env in enumerate(envs)]
     try:

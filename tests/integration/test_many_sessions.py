@@ -98,7 +98,7 @@ async def test_a_writer_over_more_sessions_than_it_caches_stays_correct(
     finally:
         await other.close()
     # And the writer's cache stayed bounded
-    assert len(ms.sessions._cache) == CACHE_SIZE
+    assert len(ms.core.commands.sessions._cache) == CACHE_SIZE
 
 
 CONTEXT_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "context_process.py"
@@ -135,7 +135,7 @@ async def test_a_read_your_writes_loop_keeps_deciding_without_readings(settings:
     ms = await open_memstream(settings, workers=True)
     try:
         session = ms.session("loop")
-        snapshots = ms.sessions.snapshots
+        snapshots = ms.core.commands.sessions.snapshots
         assert snapshots is not None
         readings = 0
         reading = snapshots.reading

@@ -114,7 +114,7 @@ async def _verify(ms: Memstream) -> list[VerifyResult]:
     while True:
         started = time.monotonic()
         try:
-            return await verify(ms.log, ms.copy, wait_timeout=FORMING_TIMEOUT)
+            return await verify(ms.core.log, ms.core.reads.copy, wait_timeout=FORMING_TIMEOUT)
         except UnavailableError as error:
             print(f"verify failed after {time.monotonic() - started:.2f} s: {error!r}")
             if time.monotonic() > deadline:
@@ -126,7 +126,7 @@ async def _wait_until_replicated(ms: Memstream, stream: str) -> str:
     """Wait (bounded) until every replica of ``stream`` is current; return its leader's name."""
     deadline = time.monotonic() + 10
     while True:
-        info = await ms.log.js.stream_info(stream)
+        info = await ms.core.log.js.stream_info(stream)
         assert info.cluster is not None
         replicas = info.cluster.replicas or []
         if info.cluster.leader and len(replicas) == 2 and all(r.current for r in replicas):
@@ -158,7 +158,7 @@ async def test_a_replicated_stream_loses_its_leader_and_no_acknowledged_write(
     )
     ms = await open_when_placed(settings, workers=True)
     try:
-        info = await ms.log.js.stream_info(stream)
+        info = await ms.core.log.js.stream_info(stream)
         assert info.config.num_replicas == 3
         await _wait_until_replicated(ms, stream)
         acknowledged: dict[str, list[str]] = {session: [] for session in SESSIONS}
@@ -191,12 +191,12 @@ async def test_a_replicated_stream_loses_its_leader_and_no_acknowledged_write(
             while len(acked_seqs) < KILL_AFTER:
                 assert not writer.done(), writer
                 await asyncio.sleep(0.001)
-            cluster_info = (await ms.log.js.stream_info(stream)).cluster
+            cluster_info = (await ms.core.log.js.stream_info(stream)).cluster
             assert cluster_info is not None
             leader = cluster_info.leader
             victim = next(node for node in cluster if node.name == leader)
-            client_on_victim = ms.client.connected_url is not None and (
-                ms.client.connected_url.port == victim.server.port
+            client_on_victim = ms.core.nats.connected_url is not None and (
+                ms.core.nats.connected_url.port == victim.server.port
             )
             victim.server.stop(signal.SIGKILL)
             killed_at = time.monotonic()
@@ -224,14 +224,19 @@ async def test_a_replicated_stream_loses_its_leader_and_no_acknowledged_write(
         assert len(after_kill) == TOTAL - acked_before_kill
         assert outage < 20
         # And another server leads the stream, which still has 3 replicas
-        info = await ms.log.js.stream_info(stream)
+        info = await ms.core.log.js.stream_info(stream)
         assert info.config.num_replicas == 3
         assert info.cluster is not None
         assert info.cluster.leader in set(NODES) - {leader}
         # And every acknowledged write is in the log once, where its acknowledgement said
         stored: set[int] = set()
         for session_id in SESSIONS:
-            entries = [e async for e in ms.log.read_subject(ms.session_subject(session_id))]
+            entries = [
+                e
+                async for e in ms.core.log.read_subject(
+                    ms.core.commands.session_subject(session_id)
+                )
+            ]
             events = [entry.decode() for entry in entries]
             assert all(isinstance(e, SessionAggregate.MessageAppended) for e in events)
             ids = [e.message_id for e in events if isinstance(e, SessionAggregate.MessageAppended)]
@@ -281,7 +286,7 @@ async def test_a_client_whose_server_stops_answering_moves_to_another_within_sec
             acknowledged.append(f"m{index:04d}")
         await _wait_until_replicated(ms, settings.stream)
         # When the server it is connected to stops answering (paused: its sockets stay open)
-        port = ms.client.connected_url.port if ms.client.connected_url else None
+        port = ms.core.nats.connected_url.port if ms.core.nats.connected_url else None
         paused = next(node for node in cluster if node.server.port == port)
         os.kill(paused.server.process.pid, signal.SIGSTOP)
         stopped = time.monotonic()
@@ -300,10 +305,13 @@ async def test_a_client_whose_server_stops_answering_moves_to_another_within_sec
         moved = time.monotonic() - stopped
         print(f"first write acknowledged {moved:.2f} s after {paused.name} was paused")
         assert moved < FAILOVER_BOUND
-        assert ms.client.connected_url is not None
-        assert ms.client.connected_url.port != paused.server.port
+        assert ms.core.nats.connected_url is not None
+        assert ms.core.nats.connected_url.port != paused.server.port
         # And every acknowledged write is in the log once
-        events = [e.decode() async for e in ms.log.read_subject(ms.session_subject("s"))]
+        events = [
+            e.decode()
+            async for e in ms.core.log.read_subject(ms.core.commands.session_subject("s"))
+        ]
         logged = [e.message_id for e in events if isinstance(e, SessionAggregate.MessageAppended)]
         assert [m for m in logged if m in acknowledged] == acknowledged
     finally:
@@ -323,19 +331,19 @@ async def test_a_stream_with_fewer_replicas_is_scaled_up(
     ms = await open_when_placed(single, workers=False)
     try:
         await ms.session("s").append_message(_message(1))
-        assert (await ms.log.js.stream_info(stream)).config.num_replicas == 1
+        assert (await ms.core.log.js.stream_info(stream)).config.num_replicas == 1
     finally:
         await ms.close()
     # When a client configured for 3 replicas connects
     replicated = single.with_(data_dir=tmp_path / "three", stream_replicas=3)
     async with memstream.connect(settings=replicated, workers=True) as ms:
         # Then the stream has 3 replicas, all of them holding the message
-        assert (await ms.log.js.stream_info(stream)).config.num_replicas == 3
+        assert (await ms.core.log.js.stream_info(stream)).config.num_replicas == 3
         await _wait_until_replicated(ms, stream)
         assert [m["id"] for m in await ms.session("s").get_history()] == ["m0001"]
     # And a client configured for one replica leaves it at 3 (never scaled down)
     async with memstream.connect(settings=single, workers=False) as ms:
-        assert (await ms.log.js.stream_info(stream)).config.num_replicas == 3
+        assert (await ms.core.log.js.stream_info(stream)).config.num_replicas == 3
 
 
 async def test_replicas_on_a_single_server_are_a_user_error(

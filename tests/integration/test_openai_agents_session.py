@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.processes import clean_env
+from support.deployment import deployment_env
 
 agents = pytest.importorskip("agents", reason="the openai-agents extra (memstream[agents])")
 
@@ -223,11 +223,7 @@ async def test_pops_from_two_processes_take_each_item_once(ms: Memstream, tmp_pa
     await ours.add_items([{"role": "user", "content": f"m{i}"} for i in range(12)])
     script = tmp_path / "popper.py"
     script.write_text(_POPPER, encoding="utf-8")
-    env = clean_env(
-        MEMSTREAM_DATA_DIR=str(ms.settings.data_dir),
-        MEMSTREAM_NATS_URL=str(ms.settings.nats_url),
-        MEMSTREAM_STREAM=ms.settings.stream,
-    )
+    env = deployment_env(ms.settings)
     other = await asyncio.create_subprocess_exec(
         sys.executable,
         str(script),

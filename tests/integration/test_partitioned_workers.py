@@ -10,7 +10,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,8 +17,9 @@ import nats
 import nats.js.errors
 import psycopg
 import pytest
-from support.postgres import create_database, drop_database
-from support.processes import clean_env, json_of, start_worker, stop, wait_for_text
+from support.deployment import deployment_env, deployment_settings
+from support.postgres import FreshDatabases
+from support.processes import json_of, start_worker, stop, wait_for_text
 
 from memstream.client import Memstream, open_memstream
 from memstream.settings import Settings
@@ -87,13 +87,13 @@ def databases(request: pytest.FixtureRequest) -> Iterator[tuple[str | None, str 
     if request.param == "sqlite":
         yield None, None
         return
-    server = request.getfixturevalue("postgres_server")
-    urls = [create_database(server), create_database(server)]
+    fresh: FreshDatabases = request.getfixturevalue("fresh_databases")
+    urls = [fresh.take(), fresh.take()]
     try:
         yield urls[0], urls[1]
     finally:
         for url in urls:
-            drop_database(server, url)
+            fresh.drop(url)
 
 
 def test_two_projectors_share_four_partitions_and_survive_a_sigkill(
@@ -200,11 +200,8 @@ def _messages_and_rows(path: Path, url: str | None) -> tuple[tuple[int, int], se
 
 def _partitioned_env(nats_server: NatsServerProcess, data_dir: Path) -> dict[str, str]:
     """The settings of a process on a new stream of PARTITIONS partitions, and ``data_dir``."""
-    return clean_env(
-        MEMSTREAM_NATS_URL=nats_server.url,
-        MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
-        MEMSTREAM_STREAM_PARTITIONS=str(PARTITIONS),
-        MEMSTREAM_DATA_DIR=str(data_dir),
+    return deployment_env(
+        deployment_settings(nats_server.url, data_dir, stream_partitions=PARTITIONS)
     )
 
 
@@ -241,6 +238,7 @@ async def test_a_read_waits_for_its_own_partition_alone(
             data_dir=tmp_path / "data",
             nats_url=nats_server.url,
             stream=stream,
+            subject_prefix=env["MEMSTREAM_SUBJECT_PREFIX"],
             stream_partitions=PARTITIONS,
         )
         ms = await open_memstream(settings, workers=False)
@@ -270,6 +268,6 @@ async def test_a_read_waits_for_its_own_partition_alone(
 def _session_in(ms: Memstream, partitions: set[int]) -> str:
     """A session id whose subject is in one of ``partitions``."""
     for n in range(1000):
-        if partition_of(ms.session_subject(f"s{n}"), PARTITIONS) in partitions:
+        if partition_of(ms.core.commands.session_subject(f"s{n}"), PARTITIONS) in partitions:
             return f"s{n}"
     raise AssertionError(f"no session id in partitions {partitions}")

@@ -122,25 +122,25 @@ async def test_everything_reads_a_partitioned_stream(partitioned: Settings, tmp_
     try:
         await _write_and_read(ms)
         # Audit reads every event of a session, on whatever partition
-        trail = await session_trail(ms.log, "default", "chat-0")
+        trail = await session_trail(ms.core.log, "default", "chat-0")
         assert [e.type for e in trail][:2] == [
             "registry.session_created",
             "session.message_appended",
         ]
         assert all(parse_subject(e.subject).partition is not None for e in trail)
         # The last event of one subject is found under its partition
-        last = await ms.log.last_seq(ms.session_subject("chat-0"))
+        last = await ms.core.log.last_seq(ms.core.commands.session_subject("chat-0"))
         assert last == trail[-1].seq
         await _verified(ms)
         # Status counts a partition that reached its last event as caught up
         await ms.sync("sessions")
-        status = await platform_status(ms.log, ms.read_models)
+        status = await platform_status(ms.core.log, ms.core.reads.read_models)
         lag = {p.name: p.lag for p in status.projections}
         assert lag["sessions"] == lag["registry"] == lag["context"] == 0, lag
         # Export, then import into a stream without partitions and into one with 3
         exported = tmp_path / "events.jsonl"
         with exported.open("w") as out:
-            async for event in read_events(ms.log, EventQuery()):
+            async for event in read_events(ms.core.log, EventQuery()):
                 out.write(json.dumps(event.export_json()) + "\n")
         lines = [json.loads(line) for line in exported.read_text().splitlines()]
         assert all(line["subject"].count(".") == 4 for line in lines)
@@ -166,12 +166,12 @@ async def test_everything_reads_a_partitioned_stream(partitioned: Settings, tmp_
                 drop_database(server_url(), database)
             raise
         try:
-            result = await import_events(other.log, exported)
+            result = await import_events(other.core.log, exported)
             assert result.stored == len(lines)
             await other.sync("sessions")
             history = await other.session("chat-3").get_history()
             assert [m["id"] for m in history] == ["chat-3-m0", "chat-3-m1", "chat-3-m2"]
-            assert await other.log.partitions() == partitions
+            assert await other.core.log.partitions() == partitions
             await _verified(other)
         finally:
             await other.close()
@@ -181,7 +181,7 @@ async def test_everything_reads_a_partitioned_stream(partitioned: Settings, tmp_
 
 
 async def _verified(ms: Memstream) -> None:
-    results = await verify(ms.log, ms.copy)
+    results = await verify(ms.core.log, ms.core.reads.copy)
     assert results
     assert all(r.ok for r in results), [r for r in results if not r.ok]
 
@@ -212,15 +212,15 @@ async def test_a_wait_for_another_clients_sequence_waits_for_every_partition(
     reader = await open_memstream(partitioned.with_(read_timeout=1.0), workers=False)
     writer = await open_memstream(partitioned, workers=False)
     try:
-        assert projecting.projector is not None
-        await projecting.projector.stop()  # nothing is projected from now on
+        assert projecting.core.workers.projector is not None
+        await projecting.core.workers.projector.stop()  # nothing is projected from now on
         # When the writer writes and the reader waits for the writer's last sequence
         await writer.session("chat-x").append_message({"id": "x", "role": "user", "content": "?"})
         # Then the wait holds until every partition has everything up to it (here: never)
         with pytest.raises(ProjectionLagError) as lag:
-            await reader.wait_for("sessions", writer.last_write_seq)
+            await reader.wait_for("sessions", writer.core.ryw.last_write_seq)
         assert lag.value.projection == "sessions"
-        assert lag.value.wanted == writer.last_write_seq
+        assert lag.value.wanted == writer.core.ryw.last_write_seq
     finally:
         for client in (writer, reader, projecting):
             await client.close()
@@ -234,7 +234,7 @@ async def test_a_reader_presses_only_the_projector_of_the_partition_it_reads(
     partitioned = settings.with_(stream_partitions=2)
     host = await open_memstream(partitioned, workers=False)
     projector = PartitionedProjector(
-        host.log, host.copy, PARTITIONABLE, ttl=2.0, demand=Demand(), linger=10.0
+        host.core.log, host.core.reads.copy, PARTITIONABLE, ttl=2.0, demand=Demand(), linger=10.0
     )
     client = await open_memstream(partitioned, workers=False)
     try:
@@ -246,7 +246,9 @@ async def test_a_reader_presses_only_the_projector_of_the_partition_it_reads(
                 await asyncio.sleep(0.05)
             await asyncio.gather(*(w.bound.wait() for w in projector.workers.values()))
         busy = next(
-            f"s{n}" for n in range(100) if partition_of(client.session_subject(f"s{n}"), 2) == 0
+            f"s{n}"
+            for n in range(100)
+            if partition_of(client.core.commands.session_subject(f"s{n}"), 2) == 0
         )
         idle = 1
         # When a client of neither writes to a session of partition 0 and reads it back
@@ -258,7 +260,7 @@ async def test_a_reader_presses_only_the_projector_of_the_partition_it_reads(
         # nothing the reader waits for) was not pressed: it lingers on
         assert time.monotonic() - started < 5.0
         assert projector.workers[0].demand is not None
-        assert projector.workers[0].demand.wanted >= client.last_write_seq
+        assert projector.workers[0].demand.wanted >= client.core.ryw.last_write_seq
         assert projector.workers[idle].demand is not None
         assert projector.workers[idle].demand.wanted == 0
         assert projector.workers[0].demand is not projector.workers[idle].demand

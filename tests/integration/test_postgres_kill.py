@@ -11,14 +11,13 @@ import os
 import signal
 import subprocess
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from support.deployment import deployment_env, deployment_settings
 from support.postgres_server import PrivatePostgres
-from support.processes import clean_env, start_worker, stop, wait_for_text
+from support.processes import start_worker, stop, wait_for_text
 
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import ProjectorRunningError, UnavailableError
@@ -44,23 +43,9 @@ PROGRESS = """
 """
 
 
-@pytest.fixture
-def private_postgres() -> Iterator[PrivatePostgres]:
-    server = PrivatePostgres()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 def _settings(tmp_path: Path, nats_server: NatsServerProcess, url: str) -> Settings:
-    return Settings(
-        data_dir=tmp_path / "data",
-        nats_url=nats_server.url,
-        stream="T" + uuid.uuid4().hex[:12].upper(),
-        database_url=url,
-        read_timeout=WAIT,
+    return deployment_settings(
+        nats_server.url, tmp_path / "data", database_url=url, read_timeout=WAIT
     )
 
 
@@ -68,12 +53,7 @@ def _env(settings: Settings) -> dict[str, str]:
     """The environment of a process with ``settings``."""
     assert settings.nats_url is not None
     assert settings.database_url is not None
-    return clean_env(
-        MEMSTREAM_NATS_URL=settings.nats_url,
-        MEMSTREAM_DATA_DIR=str(settings.data_dir),
-        MEMSTREAM_STREAM=settings.stream,
-        MEMSTREAM_DATABASE_URL=settings.database_url,
-    )
+    return deployment_env(settings)
 
 
 def _children(pid: int) -> list[int]:
@@ -256,7 +236,7 @@ async def test_a_projector_recovers_on_its_own_when_postgresql_is_killed_inside_
         manager = client.session_manager()
         for session_id in SESSIONS:
             await manager.create(session_id, session_id=session_id)
-        start = await client.log.stream_last_seq()
+        start = await client.core.log.stream_last_seq()
         # And a writer appending chains of messages to several sessions, with their usage
         writer = Writer(manager)
         killed = asyncio.Event()
@@ -270,14 +250,14 @@ async def test_a_projector_recovers_on_its_own_when_postgresql_is_killed_inside_
         # And the server is started again with pg_ctl, and written to
         await asyncio.to_thread(_restart, private_postgres)
         await asyncio.wait_for(writer.write(1), WAIT)
-        end = await client.log.stream_last_seq()
+        end = await client.core.log.stream_last_seq()
         assert start < killed_at < end
         # Then the projector, the same process untouched, catches up with the log
         await _caught_up(url, end, worker, log)
         _assert_running(worker, log)
         assert "batch failed" in log.read_text()  # it met the kill
         # And every projection equals a rebuild from the log
-        results = await verify(client.log, PostgresCopy(url))
+        results = await verify(client.core.log, PostgresCopy(url))
         assert {"sessions", "registry"} <= {r.projection for r in results}
         assert all(r.ok for r in results), results
         # And each session's history holds every acknowledged message once, in order

@@ -7,32 +7,20 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.deployment import deployment_settings
 from support.postgres_server import PrivatePostgres
 
 from memstream.client import open_memstream
 from memstream.domain.errors import UnavailableError
 from memstream.projections.postgres.copy import PostgresCopy
-from memstream.settings import Settings
 from memstream.workers.admin.rebuild import verify
 from memstream.workers.runtime.nats_server import NatsServerProcess
 
 pytestmark = pytest.mark.postgres
 SECRET = "pw-4411-secret"
-
-
-@pytest.fixture
-def private_postgres() -> Iterator[PrivatePostgres]:
-    server = PrivatePostgres()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 async def test_the_projection_resumes_without_loss_when_postgresql_returns(
@@ -41,12 +29,8 @@ async def test_the_projection_resumes_without_loss_when_postgresql_returns(
     private_postgres: PrivatePostgres,
 ) -> None:
     url = private_postgres.url(SECRET)  # trust auth: the password is sent and ignored
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        nats_url=nats_server.url,
-        stream="T" + uuid.uuid4().hex[:12].upper(),
-        database_url=url,
-        read_timeout=3.0,
+    settings = deployment_settings(
+        nats_server.url, tmp_path / "data", database_url=url, read_timeout=3.0
     )
     client = await open_memstream(settings, workers=True)
     try:
@@ -84,7 +68,7 @@ async def test_the_projection_resumes_without_loss_when_postgresql_returns(
         # And writes are decided on the read model again
         await session.append_message({"id": "m60", "role": "user", "content": "back"})
         assert [m["id"] for m in await session.get_history()][-1] == "m60"
-        results = await verify(client.log, PostgresCopy(url))
+        results = await verify(client.core.log, PostgresCopy(url))
         assert all(r.ok for r in results), results
     finally:
         await client.close()

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import signal
-import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
 from integration.test_many_processes import script, start_worker
-from support.processes import clean_env, json_of, memstream, stop, wait_for_text
+from support.deployment import deployment_env, deployment_settings
+from support.processes import json_of, memstream, stop, wait_for_text
 
 from memstream.workers.runtime.nats_server import NatsServerProcess
 
@@ -19,11 +19,8 @@ pytestmark = pytest.mark.postgres
 
 
 def _env(tmp_path: Path, nats_server: NatsServerProcess, database_url: str) -> dict[str, str]:
-    return clean_env(
-        MEMSTREAM_NATS_URL=nats_server.url,
-        MEMSTREAM_DATA_DIR=str(tmp_path / "data"),
-        MEMSTREAM_STREAM="T" + uuid.uuid4().hex[:12].upper(),
-        MEMSTREAM_DATABASE_URL=database_url,
+    return deployment_env(
+        deployment_settings(nats_server.url, tmp_path / "data", database_url=database_url)
     )
 
 

@@ -7,7 +7,6 @@ none: build it from source against ``postgresql-server-dev-15``, as docs/configu
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
+from support.deployment import deployment_settings
 
 from memstream.client import open_memstream
 from memstream.projections.ports import ProjectorStats
@@ -29,10 +29,9 @@ from memstream.projections.postgres.vectors import (
     ensure_index,
     has_embeddings,
 )
+from memstream.projections.recall.inputs import VectorCache
 from memstream.projections.vector_projector import EmbedTexts
 from memstream.projections.vector_search import VectorIndex, stack
-from memstream.settings import Settings
-from memstream.workers.recall_inputs import VectorCache
 from memstream.workers.runtime.nats_server import NatsServerProcess
 
 pytestmark = pytest.mark.postgres
@@ -207,12 +206,7 @@ async def test_a_client_recalls_through_the_database_search(
     pgvector_url: str, nats_server: NatsServerProcess, tmp_path: Path
 ) -> None:
     # Given a client with its workers on a database whose server has pgvector
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        nats_url=nats_server.url,
-        stream="T" + uuid.uuid4().hex[:12].upper(),
-        database_url=pgvector_url,
-    )
+    settings = deployment_settings(nats_server.url, tmp_path / "data", database_url=pgvector_url)
     ms = await open_memstream(settings, workers=True)
     try:
         profile = await ms.agent_memory("default").get_profile("vera")
@@ -222,7 +216,9 @@ async def test_a_client_recalls_through_the_database_search(
         # When it recalls by meaning (no word in common with the memory)
         result = await profile.recall("Can I eat nuts?")
         # Then the database searched the vectors, and found the memory
-        index = ms.vector_cache().index(ms.memory_queries, "default", "vera", "memory")
+        index = ms.core.recall.vector_cache.index(
+            ms.core.reads.memory_queries, "default", "vera", "memory"
+        )
         assert isinstance(index, PgVectorSearch)
         assert "peanuts" in result["candidates"][0]["summary"]
     finally:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-import memstream.client
+import memstream.local_workers
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import ProjectionLagError
 from memstream.projections.sqlite.batches import ContextProjection, Projection, SessionProjection
@@ -34,14 +34,14 @@ async def test_a_burst_of_writes_is_committed_in_a_few_batches(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a memstream whose projector lingers up to 2 s
-    monkeypatch.setattr(memstream.client, "PROJECTOR_LINGER", 2.0)
+    monkeypatch.setattr(memstream.local_workers, "PROJECTOR_LINGER", 2.0)
     ms = await open_memstream(settings, workers=True)
     try:
-        assert ms.projector is not None
+        assert ms.core.workers.projector is not None
         session = ms.session("s")
         await session.append_message(_message(0))
         await session.get_history()
-        batches = ms.projector.stats.batches
+        batches = ms.core.workers.projector.stats.batches
         # When 30 messages are appended one by one, nobody reading
         for i in range(1, 31):
             await session.append_message(_message(i))
@@ -51,8 +51,8 @@ async def test_a_burst_of_writes_is_committed_in_a_few_batches(
         assert time.monotonic() - started < 1.5
         assert [m["id"] for m in history] == [f"m{i}" for i in range(31)]
         # And they were committed in a few transactions, not one each
-        assert ms.projector.stats.batches - batches <= 3
-        assert ms.projector.stats.applied == 31
+        assert ms.core.workers.projector.stats.batches - batches <= 3
+        assert ms.core.workers.projector.stats.applied == 31
     finally:
         await ms.close()
 
@@ -62,7 +62,7 @@ async def lingering(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[Memstream, Memstream]]:
     """An owner whose projector lingers up to 10 s, and a client without workers."""
-    monkeypatch.setattr(memstream.client, "PROJECTOR_LINGER", 10.0)
+    monkeypatch.setattr(memstream.local_workers, "PROJECTOR_LINGER", 10.0)
     owner = await open_memstream(settings, workers=True)
     guest = await open_memstream(settings, workers=False)
     try:
@@ -153,16 +153,16 @@ async def test_a_projector_ignores_a_demand_signal_that_is_not_a_sequence(
     owner, guest = lingering
     # When garbage arrives on the demand subject
     for junk in (b"", b"abc", b"-", b"9" * 5000, "\u00e9".encode()):
-        await guest.client.publish(demand_subject(guest.log.stream), junk)
-    await guest.client.flush()
+        await guest.core.nats.publish(demand_subject(guest.core.log.stream), junk)
+    await guest.core.nats.flush()
     # Then the projector keeps projecting and still hears real readers
     session = guest.session("s")
     started = time.monotonic()
     await session.append_message(_message(0))
     assert [m["id"] for m in await session.get_history()] == ["m0"]
     assert time.monotonic() - started < 3.0
-    assert owner.projector is not None
-    assert owner.projector.stats.dead_lettered == 0
+    assert owner.core.workers.projector is not None
+    assert owner.core.workers.projector.stats.dead_lettered == 0
 
 
 def test_demand_presses_while_a_reader_here_or_elsewhere_waits_for_more() -> None:
@@ -195,6 +195,7 @@ async def test_a_projector_worker_of_its_own_lingers_and_hears_readers_too(
         settings.stream,
         settings.database_path,
         linger=10.0,
+        subject_prefix=settings.subject_prefix,
         stream_partitions=settings.stream_partitions,
     )
     settings.database_path.parent.mkdir(parents=True, exist_ok=True)
@@ -255,7 +256,7 @@ def _one_batch_projector(
     the log), applied in the event loop unless ``options`` say otherwise."""
     settings = {"standing_pull": False, "thread_bytes": 0, **options}
     return ProjectorWorker(
-        writer.log,
+        writer.core.log,
         SqliteReadModelStore(connection, [projection, ContextProjection()]),
         demand=Demand(),
         **settings,
@@ -299,7 +300,7 @@ async def test_a_batch_lets_others_run_between_its_events_and_an_abandoning_stop
             caught_up.set()
 
     again = ProjectorWorker(
-        writer.log, SqliteReadModelStore(connection), demand=Demand(), on_commit=committed
+        writer.core.log, SqliteReadModelStore(connection), demand=Demand(), on_commit=committed
     )
     again.start()
     try:

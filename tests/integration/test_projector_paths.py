@@ -15,18 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.deployment import deployment_env
 from support.processes import freeze, script_json
 
-from memstream.client import HOLD_SECONDS, Memstream, open_memstream
+from memstream.client import Memstream, open_memstream
 from memstream.projections.ports import ProjectorStats, ReadModelStore
 from memstream.projections.sqlite.checksum import checksum
 from memstream.projections.sqlite.database import open_database
 from memstream.projections.sqlite.store import SqliteReadModelStore
 from memstream.session import Session
 from memstream.settings import Settings
-from memstream.workers import projector as projector_module
+from memstream.workers import own_writes as own_writes_module
 from memstream.workers.log.event_log import EventLog
 from memstream.workers.log.nats_client import MemstreamNatsClient
+from memstream.workers.own_writes import HOLD_SECONDS
 from memstream.workers.position import Demand
 from memstream.workers.projector import ProjectorWorker
 from memstream.workers.runtime.nats_server import NatsServerProcess, free_port
@@ -76,19 +78,19 @@ async def live_and_rebuilt(
     scratch copy of the same backend projected from the log alone by a projector made with
     ``options``; the writer's message count (the copies' checksums cover their messages), and
     that projector."""
-    projector = writer.projector
+    projector = writer.core.workers.projector
     assert projector is not None
     await writer.sync("sessions")
     live = {name: projector.store.checksum(name) for name in names}
-    scratch = writer.copy.scratch()
+    scratch = writer.core.reads.copy.scratch()
     try:
-        last = await writer.log.stream_last_seq()
-        worker, reached = copy_projector(writer.log, scratch, last, **options)
+        last = await writer.core.log.stream_last_seq()
+        worker, reached = copy_projector(writer.core.log, scratch, last, **options)
         await run_until(worker, reached)
         rebuilt = {name: scratch.checksum(name) for name in names}
     finally:
         scratch.close()
-    sessions = writer.read_models.sessions.sessions(writer.namespace)
+    sessions = writer.core.reads.read_models.sessions.sessions(writer.namespace)
     return live, rebuilt, sum(int(s["messages"]) for s in sessions), worker
 
 
@@ -97,7 +99,7 @@ async def committed_messages(settings: Settings, session_id: str) -> tuple[int, 
     the read model reads now (committed rows only), without waiting for anything."""
     other = await open_memstream(settings, workers=False)
     try:
-        models = other.read_models
+        models = other.core.reads.read_models
         return (
             models.sessions.message_count(other.namespace, session_id),
             models.tracked_seq("sessions"),
@@ -123,7 +125,7 @@ async def test_every_way_of_consuming_and_applying_builds_the_same_read_model(
             await session.delete_messages(["m5"])
             await session.add_compaction("summary", "m0", "m4")
             await session.replace_context_block("memory", f"fact {s}")
-        last = writer.last_write_seq
+        last = writer.core.ryw.last_write_seq
         sums = {}
         # (standing pulls, thread for batches of at least N bytes): the default, the stock
         # path applying in the event loop only, and every batch in a thread
@@ -131,7 +133,7 @@ async def test_every_way_of_consuming_and_applying_builds_the_same_read_model(
             # When a projector of each kind builds its own copy from the log
             connection = open_database(tmp_path / f"copy-{standing}-{thread_bytes}.db")
             worker, reached = copy_projector(
-                writer.log,
+                writer.core.log,
                 SqliteReadModelStore(connection),
                 last,
                 demand=Demand(),
@@ -169,11 +171,11 @@ async def test_reads_that_apply_their_own_writes_build_the_same_read_model(
     writer = await open_memstream(settings, workers=True)
     other = await open_memstream(settings, workers=False)
     try:
-        projector = writer.projector
+        projector = writer.core.workers.projector
         assert projector is not None
-        writer.overlap_writes = overlap
-        assert isinstance(writer.client, MemstreamNatsClient)
-        writer.client.write_early = write_early
+        writer.core.own.overlap_writes = overlap
+        assert isinstance(writer.core.nats, MemstreamNatsClient)
+        writer.core.nats.write_early = write_early
         # When the first client reads each session's history after each of its writes (an
         # agent loop), with the other's writes falling in between its own
         for s in range(3):
@@ -201,12 +203,12 @@ async def test_reads_that_apply_their_own_writes_build_the_same_read_model(
         # the writes' round trips if so chosen
         assert projector.own_batches >= 60, projector.own_batches
         if overlap:
-            assert writer.overlapped_writes >= 50, (
-                writer.overlapped_writes,
-                writer.missed_overlaps,
+            assert writer.core.own.overlapped_writes >= 50, (
+                writer.core.own.overlapped_writes,
+                writer.core.own.missed_overlaps,
             )
         else:
-            assert writer.overlapped_writes == writer.missed_overlaps == 0
+            assert writer.core.own.overlapped_writes == writer.core.own.missed_overlaps == 0
         # And a projector that reads every event from the log builds the same read model
         ours, rebuilt, _, worker = await live_and_rebuilt(
             writer,
@@ -233,9 +235,9 @@ async def test_own_events_applied_as_decided_build_the_same_read_model(
     # (or decoding every delivery, the switch back)
     writer = await open_memstream(settings, workers=True)
     try:
-        projector = writer.projector
+        projector = writer.core.workers.projector
         assert projector is not None
-        writer.reuse_own_events = reuse
+        writer.core.own.reuse_own_events = reuse
         # When it writes a burst of every kind of session event, reading nothing in between
         # (the projector applies them from its deliveries)
         for s in range(3):
@@ -251,7 +253,7 @@ async def test_own_events_applied_as_decided_build_the_same_read_model(
             await session.replace_context_block("memory", f"fact {s}")
         manager = writer.session_manager()
         await manager.rename((await manager.create("Named"))["id"], "Renamed")
-        await writer.wait_for_sessions()
+        await writer.wait_for("sessions")
         # Then the deliveries of its own events were applied as decided (or all decoded): at
         # least the first session's appends (the reads of the later commands apply the events
         # before them for the reader, which then skips their deliveries)
@@ -278,12 +280,12 @@ async def test_a_batch_that_meets_a_locked_database_is_retried_and_logged_once_b
         session = writer.session("s")
         for i in range(20):
             await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
-        last = writer.last_write_seq
+        last = writer.core.ryw.last_write_seq
         connection = open_database(tmp_path / "copy.db")
         connection.execute("PRAGMA busy_timeout = 50")
         blocker = sqlite3.connect(tmp_path / "copy.db", isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")
-        worker, reached = copy_projector(writer.log, SqliteReadModelStore(connection), last)
+        worker, reached = copy_projector(writer.core.log, SqliteReadModelStore(connection), last)
         caplog.set_level(logging.WARNING, logger="memstream.workers.projector")
 
         async def release_later() -> None:
@@ -318,7 +320,7 @@ async def test_concurrent_agent_loops_applying_their_own_writes_match_a_rebuild(
     # Given a client whose projector runs in its process
     writer = await open_memstream(settings, workers=True)
     try:
-        projector = writer.projector
+        projector = writer.core.workers.projector
         assert projector is not None
 
         async def loop(s: int) -> None:
@@ -347,7 +349,7 @@ async def test_own_writes_applied_beside_another_process_writing_match_a_rebuild
     # to the same log a message every few milliseconds meanwhile
     writer = await open_memstream(settings, workers=True)
     try:
-        projector = writer.projector
+        projector = writer.core.workers.projector
         assert projector is not None
         other = asyncio.create_task(
             asyncio.to_thread(
@@ -359,11 +361,12 @@ async def test_own_writes_applied_beside_another_process_writing_match_a_rebuild
                 str(settings.data_dir),
                 "elsewhere",
                 "150",
+                env=deployment_env(settings),
             )
         )
-        elsewhere = writer.session_subject("elsewhere")
+        elsewhere = writer.core.commands.session_subject("elsewhere")
         deadline = time.monotonic() + 60
-        while not await writer.log.last_seq(elsewhere):  # the other process has started
+        while not await writer.core.log.last_seq(elsewhere):  # the other process has started
             assert time.monotonic() < deadline
             assert not other.done()
             await asyncio.sleep(0.01)
@@ -396,7 +399,7 @@ async def test_a_failed_apply_for_a_reader_leaves_the_events_to_their_delivery(
     # applied for readers (as a locked or full disk would)
     writer = await open_memstream(settings, workers=True)
     try:
-        projector = writer.projector
+        projector = writer.core.workers.projector
         assert projector is not None
         store = projector.store
         transaction = store.transaction
@@ -431,7 +434,7 @@ async def test_a_failed_apply_for_a_reader_leaves_the_events_to_their_delivery(
 async def test_a_write_whose_sequence_another_writer_took_rolls_its_projection_back(
     settings: Settings, tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(projector_module, "GROUP_SECONDS", 30.0)  # kept until a batch or close
+    monkeypatch.setattr(own_writes_module, "GROUP_SECONDS", 30.0)  # kept until a batch or close
     # Given a client whose projector applies its writes during their round trips (it read
     # after its last write), and another client on its own event loop in another thread
     writer = await open_memstream(settings, workers=True)
@@ -442,16 +445,16 @@ async def test_a_write_whose_sequence_another_writer_took_rolls_its_projection_b
         30
     )
     try:
-        projector = writer.projector
+        projector = writer.core.workers.projector
         assert projector is not None
         session = writer.session("s")
         await turn(session, "m0", "first")
         # (one write kept in the projector's open transaction, not committed yet)
         await session.append_message({"id": "k", "role": "user", "content": "kept"})
         await session.get_history()
-        assert writer.overlapped_writes == 1
-        assert projector.committed > writer.positions["sessions"].position
-        client = writer.client
+        assert writer.core.own.overlapped_writes == 1
+        assert projector.committed > writer.core.ryw.positions["sessions"].position
+        client = writer.core.nats
         assert isinstance(client, MemstreamNatsClient)
         overlapped = client.request_overlapped
         target = "s" if where == "the-same-session" else "o"
@@ -473,13 +476,13 @@ async def test_a_write_whose_sequence_another_writer_took_rolls_its_projection_b
         client.request_overlapped = overlapped  # type: ignore[method-assign]
         # Then that projection was rolled back (the kept write applied and committed again), and
         # the writes and the other's are read whole
-        assert (writer.missed_overlaps, writer.overlapped_writes) == (1, 1)
+        assert (writer.core.own.missed_overlaps, writer.core.own.overlapped_writes) == (1, 1)
         expected = ["m0", "k", "x", "m1"] if target == "s" else ["m0", "k", "m1"]
         assert [m["id"] for m in await session.get_history()] == expected
         # And after one write that does not try, its writes overlap again
         for i in range(2, 6):
             assert (await turn(session, f"m{i}"))[-1]["id"] == f"m{i}"
-        assert writer.overlapped_writes == 4
+        assert writer.core.own.overlapped_writes == 4
         assert [m["id"] for m in await writer.session("o").get_history()] == (
             ["x"] if target == "o" else []
         )
@@ -504,7 +507,7 @@ async def test_a_write_whose_acknowledgement_is_slow_rolls_its_projection_back_i
     settings = Settings(data_dir=tmp_path / "data", nats_url=server.url, stream="SLOW")
     writer = await open_memstream(settings, workers=True)
     try:
-        projector = writer.projector
+        projector = writer.core.workers.projector
         assert projector is not None
         session = writer.session("s")
         await turn(session, "m0", "first")
@@ -519,7 +522,7 @@ async def test_a_write_whose_acknowledgement_is_slow_rolls_its_projection_back_i
         assert HOLD_SECONDS < 0.3
         assert not write.done()
         assert projector.idle_store() is not None
-        assert (writer.missed_overlaps, writer.overlapped_writes) == (1, 0)
+        assert (writer.core.own.missed_overlaps, writer.core.own.overlapped_writes) == (1, 0)
         connection = sqlite3.connect(settings.data_dir / "memstream.db")
         try:
             assert connection.execute("SELECT count(*) FROM messages").fetchone() == (1,)
@@ -544,7 +547,7 @@ async def test_an_agent_loop_commits_its_writes_in_groups_that_other_readers_see
     writer = await open_memstream(settings, workers=True)
     reader = await open_memstream(settings, workers=False)
     try:
-        projector = writer.projector
+        projector = writer.core.workers.projector
         assert projector is not None
         session = writer.session("s")
         await turn(session, "m0")
@@ -553,7 +556,7 @@ async def test_an_agent_loop_commits_its_writes_in_groups_that_other_readers_see
         for i in range(1, 41):
             assert (await turn(session, f"m{i}"))[-1]["id"] == f"m{i}"
         # Then every read saw its write, while the writes were committed several at a time
-        assert writer.overlapped_writes == 40
+        assert writer.core.own.overlapped_writes == 40
         assert projector.stats.batches - batches < 40
         # And another client sees all of them within moments (the open one is committed soon)
         started = time.monotonic()
@@ -574,15 +577,15 @@ async def test_an_agent_loop_commits_its_writes_in_groups_that_other_readers_see
 async def test_a_write_kept_in_the_open_transaction_is_committed_when_the_client_closes(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(projector_module, "GROUP_SECONDS", 30.0)  # kept until a batch or close
+    monkeypatch.setattr(own_writes_module, "GROUP_SECONDS", 30.0)  # kept until a batch or close
     # Given a client whose last write is kept in its projector's open transaction
     writer = await open_memstream(settings, workers=True)
     session = writer.session("s")
     await turn(session, "m0")
     await session.append_message({"id": "m1", "role": "user", "content": "t 1"})
-    projector = writer.projector
+    projector = writer.core.workers.projector
     assert projector is not None
-    assert projector.committed > writer.positions["sessions"].position
+    assert projector.committed > writer.core.ryw.positions["sessions"].position
     # When the client closes at once
     await writer.close()
     # Then the read model holds the write, committed
@@ -593,8 +596,8 @@ async def test_a_write_kept_in_the_open_transaction_is_committed_when_the_client
 async def keeping(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Memstream]:
     """A client whose acknowledged own writes stay in its projector's open transaction: no
     timer (30 s) or size limit (10,000 events) commits them during a test."""
-    monkeypatch.setattr(projector_module, "GROUP_SECONDS", 30.0)
-    monkeypatch.setattr(projector_module, "GROUP_EVENTS", 10_000)
+    monkeypatch.setattr(own_writes_module, "GROUP_SECONDS", 30.0)
+    monkeypatch.setattr(own_writes_module, "GROUP_EVENTS", 10_000)
     writer = await open_memstream(settings, workers=True)
     try:
         yield writer
@@ -609,14 +612,14 @@ async def test_a_reader_in_another_process_gets_writes_kept_open_here_at_once(
     # Given a client running an agent loop whose acknowledged writes stay in its projector's
     # open transaction (and no delivered batch before 30 s), unless someone asks for them
     writer = keeping
-    projector = writer.projector
+    projector = writer.core.workers.projector
     assert projector is not None
     projector.linger = 30.0
     session = writer.session("here")
     await turn(session, "m0")
     for i in range(1, 21):
         await turn(session, f"m{i}")
-    assert projector.committed > writer.positions["sessions"].position  # kept open
+    assert projector.committed > writer.core.ryw.positions["sessions"].position  # kept open
     # When a new process connects and reads that session while the loop goes on
     reader = asyncio.ensure_future(
         asyncio.to_thread(
@@ -628,6 +631,7 @@ async def test_a_reader_in_another_process_gets_writes_kept_open_here_at_once(
             str(settings.data_dir),
             "here",
             settings.database_url or "",
+            env=deployment_env(settings),
         )
     )
     i = 21
@@ -652,15 +656,15 @@ async def test_wait_for_commits_the_own_writes_it_waits_for(
     session = writer.session("s")
     await turn(session, "m0")
     await session.append_message({"id": "m1", "role": "user", "content": "t 1"})
-    projector = writer.projector
+    projector = writer.core.workers.projector
     assert projector is not None
-    assert projector.committed > writer.positions["sessions"].position
+    assert projector.committed > writer.core.ryw.positions["sessions"].position
     # When it waits for the sessions read model (a public wait means committed)
     started = time.monotonic()
     await writer.wait_for("sessions")
     assert time.monotonic() - started < 1
     # Then the write is committed: another connection to the read model reads it at once
-    assert writer.positions["sessions"].position == projector.committed
+    assert writer.core.ryw.positions["sessions"].position == projector.committed
     assert await committed_messages(settings, "s") == (2, projector.committed)
 
 
@@ -672,7 +676,7 @@ async def test_the_event_loop_never_waits_for_another_connections_write_lock(
     # each write (so it also applies its own writes for its reads)
     session = ms.session("s")
     await turn(session, "m0")
-    projector = ms.projector
+    projector = ms.core.workers.projector
     assert projector is not None
     worst = 0.0
     beating = True
@@ -718,7 +722,7 @@ async def test_reads_here_see_writes_kept_open_that_other_connections_do_not_see
 ) -> None:
     # Given a client whose acknowledged writes stay in its projector's open transaction
     writer = keeping
-    projector = writer.projector
+    projector = writer.core.workers.projector
     assert projector is not None
     # (and no delivered batch commits them for 30 s: another client's open takes a while)
     projector.linger = 30.0
@@ -728,8 +732,8 @@ async def test_reads_here_see_writes_kept_open_that_other_connections_do_not_see
     history = await turn(session, "m1")
     # Then its read went through the projector's transaction, which has the write
     assert [m["id"] for m in history] == ["m0", "m1"]
-    assert writer.read_models.lent()
-    assert projector.committed > writer.positions["sessions"].position
+    assert writer.core.reads.read_models.lent()
+    assert projector.committed > writer.core.ryw.positions["sessions"].position
     # And another connection does not see it yet (nothing uncommitted leaks)
     count, tracked = await committed_messages(settings, "s")
     assert tracked < projector.committed
@@ -745,29 +749,29 @@ async def test_a_consumer_a_little_behind_its_read_model_is_bound_again_as_it_is
         session = writer.session("s")
         for i in range(10):
             await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
-        first = writer.last_write_seq
+        first = writer.core.ryw.last_write_seq
         store = SqliteReadModelStore(open_database(tmp_path / "copy.db"))
-        worker, reached = copy_projector(writer.log, store, first)
+        worker, reached = copy_projector(writer.core.log, store, first)
         await run_until(worker, reached)
-        js, stream = writer.log.js, writer.log.stream
+        js, stream = writer.core.log.js, writer.core.log.stream
         created = (await js.consumer_info(stream, worker.durable)).created
         # When 3 more writes are committed to the copy but never acknowledged to the consumer
         # (a process that died between its commit and its ack)
         for i in range(10, 13):
             await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
-        subject = writer.session_subject("s")
-        kept = [e async for e in writer.log.read_subject(subject, after_seq=first)]
-        assert store.apply(kept, ProjectorStats()) == writer.last_write_seq
+        subject = writer.core.commands.session_subject("s")
+        kept = [e async for e in writer.core.log.read_subject(subject, after_seq=first)]
+        assert store.apply(kept, ProjectorStats()) == writer.core.ryw.last_write_seq
         # Then the next projector binds the same consumer (not made anew), passes over what
         # it delivers again, and goes on from there
         for i in range(13, 15):
             await session.append_message({"id": f"m{i}", "role": "user", "content": f"t {i}"})
-        again, reached = copy_projector(writer.log, store, writer.last_write_seq)
+        again, reached = copy_projector(writer.core.log, store, writer.core.ryw.last_write_seq)
         await run_until(again, reached)
         assert (await js.consumer_info(stream, again.durable)).created == created
         assert again.stats.skipped == 3
         assert again.stats.applied == 2
-        assert store.positions()["sessions"] == writer.last_write_seq
+        assert store.positions()["sessions"] == writer.core.ryw.last_write_seq
         store.close()
     finally:
         await writer.close()

@@ -24,7 +24,7 @@ from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import InvalidInputError, UnavailableError
 from memstream.projections.sqlite.store import SqliteCopy
 from memstream.settings import Settings
-from memstream.workers import projector as projector_module
+from memstream.workers import dead_letters as dead_letters_module
 from memstream.workers.admin import purge as purge_module
 from memstream.workers.admin.audit import EventQuery, read_events
 from memstream.workers.admin.event_transfer import import_events
@@ -44,8 +44,13 @@ def conversation(*texts: str) -> list[dict[str, Any]]:
 
 
 async def subject_events(ms: Memstream, kind: str, identifier: str) -> list[Any]:
-    subject = f"ms.{ms.namespace}.{kind}.{identifier}"
-    return [entry async for entry in ms.log.read_subject(subject)]
+    subject = f"{ms.core.log.subject_prefix}.{ms.namespace}.{kind}.{identifier}"
+    return [entry async for entry in ms.core.log.read_subject(subject)]
+
+
+def profile_subject(ms: Memstream, name: str) -> str:
+    """The subject of profile ``name`` in namespace ``default``."""
+    return f"{ms.core.log.subject_prefix}.default.profile.{name}"
 
 
 async def settled(ms: Memstream) -> None:
@@ -54,7 +59,7 @@ async def settled(ms: Memstream) -> None:
 
 
 async def verified(ms: Memstream) -> None:
-    results = await verify(ms.log, ms.copy)
+    results = await verify(ms.core.log, ms.core.reads.copy)
     assert [r.projection for r in results] == [*EMBEDDED_VERIFIED]
     assert all(r.ok for r in results), [r for r in results if not r.ok]
 
@@ -91,8 +96,9 @@ def totals(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     return sums
 
 
+@pytest.mark.own_nats_server  # it reads the server's store files: this test's stream's alone
 async def test_purge_erases_deleted_sessions_and_profiles_and_verify_holds(
-    ms: Memstream, tmp_path: Path
+    ms: Memstream, nats_server: NatsServerProcess
 ) -> None:
     manager = ms.session_manager().with_context("memory", description="Facts").with_cached_prompt()
     doomed = (await manager.create("Doomed", model="gpt-x", source="cli"))["id"]
@@ -113,10 +119,10 @@ async def test_purge_erases_deleted_sessions_and_profiles_and_verify_holds(
     await settled(ms)
     before = totals(await ms.stats())
     assert before[("gpt-x", "cli")]["sessions"] == 2
-    last = await ms.log.stream_last_seq()
+    last = await ms.core.log.stream_last_seq()
 
     # A dry run names what a purge would erase and changes nothing
-    plan = await purge(ms.log, "0s", dry_run=True)
+    plan = await purge(ms.core.log, "0s", dry_run=True)
     assert [(u.kind, u.identifier) for u in plan.units] == [
         ("profile", "temp"),
         ("session", doomed),
@@ -124,9 +130,9 @@ async def test_purge_erases_deleted_sessions_and_profiles_and_verify_holds(
     assert plan.events > 0
     assert plan.erased == 0
     assert plan.records == []
-    assert await ms.log.stream_last_seq() == last
+    assert await ms.core.log.stream_last_seq() == last
 
-    report = await purge(ms.log, "0s")
+    report = await purge(ms.core.log, "0s")
     assert report.erased == plan.events
     assert len(report.records) == 1
     assert report.records[0] == last + 1
@@ -137,14 +143,19 @@ async def test_purge_erases_deleted_sessions_and_profiles_and_verify_holds(
     assert await subject_events(ms, "profile", "temp") == []
     assert len(await subject_events(ms, "session", kept)) == 1
     assert len(await subject_events(ms, "profile", "gina")) >= 2
-    stream = json.dumps([e.payload.decode() async for e in ms.log.read_subject("ms.>")])
+    stream = json.dumps(
+        [
+            e.payload.decode()
+            async for e in ms.core.log.read_subject(f"{ms.core.log.subject_prefix}.>")
+        ]
+    )
     assert "secret" not in stream
     assert "passport" not in stream
     assert "likes tea" not in stream
     # And not only from the stream's index: from the server's files (a purge by subject alone
     # leaves the bytes in the store's block files)
-    assert await stored_anywhere(tmp_path / "nats-store", [b"a secret plan", b"X123"]) == []
-    assert await stored_anywhere(tmp_path / "nats-store", [b"an ordinary day"]) != []
+    assert await stored_anywhere(nats_server.store_dir, [b"a secret plan", b"X123"]) == []
+    assert await stored_anywhere(nats_server.store_dir, [b"an ordinary day"]) != []
     # The purge is recorded with sequences and counts only
     (record,) = await subject_events(ms, "purge", "log")
     payload = json.loads(record.payload)
@@ -160,7 +171,9 @@ async def test_purge_erases_deleted_sessions_and_profiles_and_verify_holds(
     # Every read model equals one rebuilt from the purged log, the vectors too
     await settled(ms)
     await verified(ms)
-    (vectors,) = await verify(ms.log, ms.copy, ["vectors"], encoder=ms.encoder)
+    (vectors,) = await verify(
+        ms.core.log, ms.core.reads.copy, ["vectors"], encoder=ms.core.recall.encoder
+    )
     assert vectors.ok, vectors
     # The statistics count what the log still holds: the doomed session's messages and usage
     # are gone, and gina's conversation of it counts as outside any registered session
@@ -173,7 +186,7 @@ async def test_purge_erases_deleted_sessions_and_profiles_and_verify_holds(
     }
     assert after[("", "")]["ingested_messages"] == 1
     # Nothing is left to purge, and the session id can be used again
-    assert (await plan_purge(ms.log, "0s")).units == []
+    assert (await plan_purge(ms.core.log, "0s")).units == []
     await ms.session(doomed).append_message(msg("n0", "a fresh start"))
     assert [m["id"] for m in await ms.session(doomed).get_history()] == ["n0"]
     await settled(ms)
@@ -189,7 +202,7 @@ async def purge_stopping_after_its_record(ms: Memstream, monkeypatch: pytest.Mon
     monkeypatch.setattr(purge_module, "_erase_events", lost)
     monkeypatch.setattr(purge_module, "_purge_subject", lost)
     with pytest.raises(UnavailableError):
-        await purge(ms.log, "0s")
+        await purge(ms.core.log, "0s")
 
 
 async def profiles_with_unreadable_events(ms: Memstream, *names: str) -> None:
@@ -199,8 +212,8 @@ async def profiles_with_unreadable_events(ms: Memstream, *names: str) -> None:
     for name in names:
         profile = await memory.get_profile(name)
         await profile.remember(f"{name} keeps a passport number X123")
-        await ms.log.js.publish(
-            f"ms.default.profile.{name}",
+        await ms.core.log.js.publish(
+            f"{ms.core.log.subject_prefix}.default.profile.{name}",
             b"\xff not json: passport X123",
             headers={"Nats-Msg-Id": f"junk-{name}"},
         )
@@ -212,7 +225,9 @@ async def erased_letters_gone(ms: Memstream, kept: set[str], settle: float = 10.
     forget the others as they apply the purge record: polled for up to ``settle`` seconds)."""
     deadline = time.monotonic() + settle
     while True:
-        subjects = {logical_subject(str(d["subject"])) for d in ms.read_models.dead_letters()}
+        subjects = {
+            logical_subject(str(d["subject"])) for d in ms.core.reads.read_models.dead_letters()
+        }
         if subjects <= kept or time.monotonic() >= deadline:
             return subjects
         await asyncio.sleep(0.05)
@@ -224,19 +239,20 @@ async def test_purge_forgets_the_dead_letters_of_what_it_erases(ms: Memstream) -
     # ... and one of them deleted
     await ms.agent_memory("default").delete_profile("temp")
     await settled(ms)
-    letters = ms.read_models.dead_letters()
+    letters = ms.core.reads.read_models.dead_letters()
     subjects = {logical_subject(str(d["subject"])) for d in letters}
-    assert subjects == {"ms.default.profile.temp", "ms.default.profile.gina"}
+    assert subjects == {profile_subject(ms, "temp"), profile_subject(ms, "gina")}
     assert {d["projection"] for d in letters} >= {"memory", "analytics"}
 
     # When the deleted profile is purged
-    report = await purge(ms.log, "0s")
+    report = await purge(ms.core.log, "0s")
     assert [(u.kind, u.identifier) for u in report.units] == [("profile", "temp")]
     assert await subject_events(ms, "profile", "temp") == []
 
     # Then every worker forgets its dead letters of the erased events, and keeps the others
-    assert await erased_letters_gone(ms, {"ms.default.profile.gina"}) == {"ms.default.profile.gina"}
-    kept = ms.read_models.dead_letters()
+    gina = {profile_subject(ms, "gina")}
+    assert await erased_letters_gone(ms, gina) == gina
+    kept = ms.core.reads.read_models.dead_letters()
     assert {d["projection"] for d in kept} == {d["projection"] for d in letters}
     assert len(kept) * 2 == len(letters)
     await settled(ms)
@@ -255,11 +271,11 @@ async def test_a_purge_record_makes_copies_forget_dead_letters_before_the_erasur
     await purge_stopping_after_its_record(ms, monkeypatch)
     assert len(await subject_events(ms, "profile", "temp")) > 0
     # Then the live copy forgets the dead letters of the events being erased already
-    gina = {"ms.default.profile.gina"}
+    gina = {profile_subject(ms, "gina")}
     assert await erased_letters_gone(ms, gina) == gina
     # And so does a copy rebuilt from the log meanwhile (it replays them, then the record)
     copy = SqliteCopy(tmp_path / "rebuilt.db")
-    await rebuild(ms.log, copy)
+    await rebuild(ms.core.log, copy)
     store = copy.store()
     try:
         rebuilt = store.dead_letters()
@@ -280,8 +296,8 @@ async def test_a_worker_that_cannot_ask_the_stream_keeps_its_dead_letters_and_go
     async def unavailable(*_: object) -> list[tuple[str, int]]:
         raise UnavailableError("NATS went away")
 
-    monkeypatch.setattr(projector_module, "erased_dead_letters", unavailable)
-    purged = await purge(ms.log, "0s")
+    monkeypatch.setattr(dead_letters_module, "erased_dead_letters", unavailable)
+    purged = await purge(ms.core.log, "0s")
     assert [u.identifier for u in purged.units] == ["temp"]
     # Then they say so, keep the letters, and go on projecting
     await settled(ms)
@@ -291,9 +307,9 @@ async def test_a_worker_that_cannot_ask_the_stream_keeps_its_dead_letters_and_go
     while "dead letters of events a purge erased are kept" not in caplog.text:
         assert time.monotonic() < deadline, caplog.text[-2000:]
         await asyncio.sleep(0.05)
-    assert {logical_subject(str(d["subject"])) for d in ms.read_models.dead_letters()} == {
-        "ms.default.profile.temp"
-    }
+    assert {
+        logical_subject(str(d["subject"])) for d in ms.core.reads.read_models.dead_letters()
+    } == {profile_subject(ms, "temp")}
 
 
 async def test_purge_keeps_the_grace_period_and_what_was_written_again(ms: Memstream) -> None:
@@ -309,16 +325,18 @@ async def test_purge_keeps_the_grace_period_and_what_was_written_again(ms: Memst
     # And one whose subject got a message that is no event at all
     poisoned = (await manager.create("Poisoned"))["id"]
     await manager.delete(poisoned)
-    junk = await ms.log.js.publish(
-        f"ms.default.session.{poisoned}", b"\xff not json", headers={"Nats-Msg-Id": "junk-1"}
+    junk = await ms.core.log.js.publish(
+        f"{ms.core.log.subject_prefix}.default.session.{poisoned}",
+        b"\xff not json",
+        headers={"Nats-Msg-Id": "junk-1"},
     )
     await settled(ms)
-    last = await ms.log.stream_last_seq()
+    last = await ms.core.log.stream_last_seq()
 
     # Deleted just now: inside a one-hour grace period
-    assert (await purge(ms.log, "1h")).units == []
+    assert (await purge(ms.core.log, "1h")).units == []
     # An hour later, the revived session is skipped with its reason; the other goes
-    report = await purge(ms.log, "1h", now=datetime.now(UTC) + timedelta(hours=2))
+    report = await purge(ms.core.log, "1h", now=datetime.now(UTC) + timedelta(hours=2))
     assert [u.identifier for u in report.units] == [recent]
     assert sorted((s.identifier, s.reason) for s in report.skipped) == sorted(
         [
@@ -328,7 +346,7 @@ async def test_purge_keeps_the_grace_period_and_what_was_written_again(ms: Memst
     )
     assert await subject_events(ms, "session", recent) == []
     assert len(await subject_events(ms, "session", revived)) > 0
-    assert await ms.log.stream_last_seq() == last + 1
+    assert await ms.core.log.stream_last_seq() == last + 1
     assert [m["id"] for m in await ms.session(revived).get_history()] == ["m1"]
     await settled(ms)
     await verified(ms)
@@ -361,16 +379,18 @@ async def test_a_purge_that_stops_after_its_record_is_finished_by_the_next(
     # (one command each, correlated by the run's)
     monkeypatch.undo()
     run = CommandMeta(actor="ops@cron")
-    report = await purge(ms.log, "0s", meta=run)
+    report = await purge(ms.core.log, "0s", meta=run)
     assert [(u.namespace, u.identifier) for u in report.units] == [
         ("default", doomed),
         ("team", other),
     ]
     assert len(report.records) == 2
     assert await subject_events(ms, "session", doomed) == []
-    assert await ms.log.last_seq(f"ms.team.session.{other}") == 0
+    assert await ms.core.log.last_seq(f"{ms.core.log.subject_prefix}.team.session.{other}") == 0
     assert len(await subject_events(ms, "purge", "log")) == 2
-    (team_record,) = [e async for e in ms.log.read_subject("ms.team.purge.log")]
+    (team_record,) = [
+        e async for e in ms.core.log.read_subject(f"{ms.core.log.subject_prefix}.team.purge.log")
+    ]
     (_, record) = await subject_events(ms, "purge", "log")  # (the first: the stopped run)
     assert team_record.seq == report.records[1]
     for entry in (record, team_record):
@@ -382,7 +402,7 @@ async def test_a_purge_that_stops_after_its_record_is_finished_by_the_next(
 
 async def export(ms: Memstream, path: Path) -> None:
     with path.open("w") as out:
-        async for event in read_events(ms.log, EventQuery()):
+        async for event in read_events(ms.core.log, EventQuery()):
             out.write(json.dumps(event.export_json()) + "\n")
 
 
@@ -423,24 +443,29 @@ async def test_an_import_renumbers_what_purge_records_name(
         # Restored into another stream, with its own numbering (it starts with an event of
         # its own), the record names the same events by their new sequences
         await target.session("before").append_messages([msg("b0"), msg("b1")])
-        await import_events(target.log, backup, force=True)
+        await import_events(target.core.log, backup, force=True)
         (record,) = await subject_events(target, "purge", "log")
         named = json.loads(record.payload)["sequences"]
         subjects = [f"registry.{doomed}", f"session.{doomed}"]
-        assert named == sorted([await target.log.last_seq(f"ms.default.{s}") for s in subjects])
+        assert named == sorted(
+            [
+                await target.core.log.last_seq(f"{target.core.log.subject_prefix}.default.{s}")
+                for s in subjects
+            ]
+        )
         await settled(target)
         await verified(target)
         assert [m["id"] for m in await target.session(kept).get_history()] == ["k0", "k1"]
         # And a purge there erases them, recording them again under their new sequences
-        report = await purge(target.log, "0s")
+        report = await purge(target.core.log, "0s")
         assert [u.identifier for u in report.units] == [doomed]
         await settled(target)
         await verified(target)
     # Exported after the purge was carried out, the record names nothing that was imported
-    await purge(ms.log, "0s")
+    await purge(ms.core.log, "0s")
     await export(ms, backup)
     async with elsewhere(settings, tmp_path / "c") as third:
-        await import_events(third.log, backup)
+        await import_events(third.core.log, backup)
         records = await subject_events(third, "purge", "log")
         assert [json.loads(r.payload)["sequences"] for r in records] == [[], []]
         await settled(third)
@@ -455,7 +480,9 @@ async def test_a_stream_that_denies_deletes_is_purged_and_says_what_stays_on_dis
     client = await nats.connect(nats_server.url)
     try:
         await client.jetstream().add_stream(
-            api.StreamConfig(name=settings.stream, subjects=["ms.>"], deny_delete=True)
+            api.StreamConfig(
+                name=settings.stream, subjects=[f"{settings.subject_prefix}.>"], deny_delete=True
+            )
         )
     finally:
         await client.close()
@@ -468,7 +495,7 @@ async def test_a_stream_that_denies_deletes_is_purged_and_says_what_stays_on_dis
         await manager.delete(doomed)
         await settled(ms)
         # When it is purged
-        report = await purge(ms.log, "0s")
+        report = await purge(ms.core.log, "0s")
         # Then the events leave the stream, and the report and the log say that their bytes
         # were not overwritten, and how to erase them for good
         assert [u.identifier for u in report.units] == [doomed]
@@ -487,11 +514,11 @@ async def test_a_stream_that_denies_deletes_is_purged_and_says_what_stays_on_dis
 
 async def test_an_event_erased_already_is_not_counted_again(ms: Memstream) -> None:
     await ms.session("s").append_message(msg("m0", "gone"))
-    seq = ms.last_write_seq
-    assert await purge_module._erase_one(ms.log, seq) == 1
-    assert await purge_module._erase_one(ms.log, seq) == 0  # (a purge run again)
+    seq = ms.core.ryw.last_write_seq
+    assert await purge_module._erase_one(ms.core.log, seq) == 1
+    assert await purge_module._erase_one(ms.core.log, seq) == 0  # (a purge run again)
     with pytest.raises(UnavailableError, match="refused to erase"):
-        await purge_module._erase_one(ms.log, seq + 1000)  # past the stream's end
+        await purge_module._erase_one(ms.core.log, seq + 1000)  # past the stream's end
 
 
 async def test_a_copy_behind_the_erasure_is_waited_for_then_named(
@@ -504,8 +531,8 @@ async def test_a_copy_behind_the_erasure_is_waited_for_then_named(
     try:
         await other.session("early").append_message(msg("e0", "early"))
         await other.wait_for("sessions")
-        await other.workers_bound()
-        other_id = other.copy_id
+        await other.core.workers.bound()
+        other_id = other.core.reads.copy_id
     finally:
         await other.close()
     # And a session deleted after it stopped, which that copy has not seen deleted
@@ -516,26 +543,26 @@ async def test_a_copy_behind_the_erasure_is_waited_for_then_named(
     await settled(ms)
     # When a dry run plans the purge, it names that copy at once
     started = time.monotonic()
-    plan = await purge(ms.log, "0s", dry_run=True, wait=5.0)
+    plan = await purge(ms.core.log, "0s", dry_run=True, wait=5.0)
     assert time.monotonic() - started < 2.0  # (a dry run does not wait)
     assert [c.copy_id for c in plan.copies_behind] == [other_id]
     # And the purge waits for it for as long as it is told, then goes on and names it
     started = time.monotonic()
-    report = await purge(ms.log, "0s", wait=0.5)
+    report = await purge(ms.core.log, "0s", wait=0.5)
     assert time.monotonic() - started >= 0.5
     assert [u.identifier for u in report.units] == [doomed]
     assert [c.copy_id for c in report.copies_behind] == [other_id]
     assert report.as_json()["copies_behind"][0]["copy"] == other_id
     assert f"read-model copy {other_id} has applied the stream up to" in caplog.text
     # While this process's own copy, caught up, was not named
-    assert ms.copy_id not in [c.copy_id for c in report.copies_behind]
+    assert ms.core.reads.copy_id not in [c.copy_id for c in report.copies_behind]
 
 
 @pytest.mark.parametrize("wait", [-1.0, 600.5, float("nan"), float("inf")])
 async def test_a_wait_out_of_range_is_refused_before_anything_is_read(
     ms: Memstream, wait: float
 ) -> None:
-    last = await ms.log.stream_last_seq()
+    last = await ms.core.log.stream_last_seq()
     with pytest.raises(InvalidInputError, match=r"--wait .* must be between 0 and 600 seconds"):
-        await purge(ms.log, "0s", wait=wait)
-    assert await ms.log.stream_last_seq() == last
+        await purge(ms.core.log, "0s", wait=wait)
+    assert await ms.core.log.stream_last_seq() == last

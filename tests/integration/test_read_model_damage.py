@@ -162,7 +162,7 @@ async def main(nats_url, stream, data_dir):
     async with memstream.connect(settings=settings, workers=False) as ms:
         for _ in range(2):  # before and after the test replaces the file
             count = len(await ms.session("a").get_history())
-            print(count, *ms.read_models.identity, flush=True)
+            print(count, *ms.core.reads.read_models.identity, flush=True)
             sys.stdin.readline()
 
 asyncio.run(main(sys.argv[1], sys.argv[2], Path(sys.argv[3])))
@@ -190,7 +190,7 @@ async def test_the_client_recovers_and_a_reader_elsewhere_follows(
             ]
         )
     await ms.session("b").append_message({"id": "b1", "role": "user", "content": "hello"})
-    await ms.wait_for_sessions()
+    await ms.wait_for("sessions")
     database = settings.database_path
 
     # And a reader in another process that has read session "a"
@@ -289,7 +289,7 @@ async def hundred_messages(ms: Memstream, session_id: str) -> Session:
     await session.append_messages(
         [{"id": f"m{n}", "role": "user", "content": f"message {n} " * 50} for n in range(100)]
     )
-    await ms.wait_for_sessions()
+    await ms.wait_for("sessions")
     return session
 
 
@@ -299,10 +299,10 @@ async def test_the_projector_replaces_a_read_model_it_finds_damaged_in_a_batch(
 ) -> None:
     # Given a client running the projector, with messages projected
     session = await hundred_messages(ms, "a")
-    assert ms.projector is not None
-    stats = ms.projector.stats
+    assert ms.core.workers.projector is not None
+    stats = ms.core.workers.projector.stats
     damaged = file_identity(settings.database_path)
-    old_copy = ms.copy_id
+    old_copy = ms.core.reads.copy_id
 
     # When every page but the tracking table's is garbage, and the next write arrives
     overwrite_all_but_tracking(settings.database_path)
@@ -319,12 +319,15 @@ async def test_the_projector_replaces_a_read_model_it_finds_damaged_in_a_batch(
         "is damaged" in r.getMessage() and str(moved) in r.getMessage() for r in caplog.records
     )
     assert stats.dead_lettered == 0  # the damage was the file's, not the event's
-    assert ms.projector.store.connection.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+    assert (
+        ms.core.workers.projector.store.connection.execute("PRAGMA quick_check").fetchone()[0]
+        == "ok"
+    )
     # And the new file is a new read-model copy: the projector consumes under its name, and the
     # old copy's consumer is gone
-    assert ms.copy_id != old_copy
-    assert ms.projector.durable == projector_consumer(ms.copy_id)
-    names = {c.name for c in await ms.log.js.consumers_info(ms.log.stream)}
+    assert ms.core.reads.copy_id != old_copy
+    assert ms.core.workers.projector.durable == projector_consumer(ms.core.reads.copy_id)
+    names = {c.name for c in await ms.core.log.js.consumers_info(ms.core.log.stream)}
     assert projector_consumer(old_copy) not in names
 
 
@@ -371,7 +374,7 @@ async def test_a_short_lived_process_leaves_a_damaged_file_moved_aside(
     await ms.session("a").append_messages(
         [{"id": f"m{n}", "role": "user", "content": f"message {n} " * 50} for n in range(300)]
     )
-    await ms.wait_for_sessions()
+    await ms.wait_for("sessions")
     damaged = file_identity(settings.database_path)
     check = sqlite3.connect(settings.database_path)
     assert check.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
@@ -381,8 +384,8 @@ async def test_a_short_lived_process_leaves_a_damaged_file_moved_aside(
         await ms.session("a").get_history()
 
     # When its projector stops at once (a CLI command exiting)
-    assert ms.projector is not None
-    await ms.projector.stop()
+    assert ms.core.workers.projector is not None
+    await ms.core.workers.projector.stop()
 
     # Then the damaged file is moved aside, for the next projector to rebuild
     [moved] = corrupt_files(settings.database_path)
@@ -407,7 +410,7 @@ async def test_a_command_meeting_a_damaged_read_model_is_decided_from_the_log(
     caplog.set_level(logging.WARNING)
     other = await open_memstream(settings, workers=False)
     try:
-        before = await other.log.stream_last_seq()
+        before = await other.core.log.stream_last_seq()
         appended = await other.session("a").append_message(
             {"id": "next", "role": "user", "content": "after the damage"}
         )

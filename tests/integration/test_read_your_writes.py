@@ -37,17 +37,17 @@ async def test_reads_use_the_idle_projector_connection_of_their_process(settings
     # cache at each of the projector's commits.
     ms = await open_memstream(settings, workers=True)
     try:
-        projector = ms.projector
+        projector = ms.core.workers.projector
         assert projector is not None
         session = ms.session("s")
         for n in range(20):
             await session.append_message({"id": f"m{n}", "role": "user", "content": f"hi {n}"})
             history = await session.get_history()
             assert [m["id"] for m in history] == [f"m{i}" for i in range(n + 1)]
-            assert ms.read_models.reads.current() is projector.store.connection
+            assert ms.core.reads.read_models.reads.current() is projector.store.connection
         # While a batch is being applied the projector's connection is not lent.
         projector._applying = True
-        assert ms.read_models.reads.current() is ms.read_models.connection
+        assert ms.core.reads.read_models.reads.current() is ms.core.reads.read_models.connection
         projector._applying = False
     finally:
         await ms.close()
@@ -64,7 +64,10 @@ async def test_reads_without_a_projector_here_use_their_own_connection(
         await writer.session("s").append_message({"id": "m1", "role": "user", "content": "hi"})
         await reader.sync("sessions")
         assert [m["id"] for m in await reader.session("s").get_history()] == ["m1"]
-        assert reader.read_models.reads.current() is reader.read_models.connection
+        assert (
+            reader.core.reads.read_models.reads.current()
+            is reader.core.reads.read_models.connection
+        )
     finally:
         await reader.close()
         await writer.close()

@@ -210,7 +210,7 @@ async def _check(ms: Memstream, models: dict[str, ReferenceSession], database: P
         assert recent.truncated is (len(stats) > 1), name
         assert [c["id"] for c in await session.get_compactions()] == [o[0] for o in model.overlays]
     # And the live read model equals the read model replayed from the log into a scratch DB
-    results = await verify(ms.log, SqliteCopy(database))
+    results = await verify(ms.core.log, SqliteCopy(database))
     assert [r.projection for r in results] == [*EMBEDDED_VERIFIED]
     assert all(r.ok for r in results), results
 

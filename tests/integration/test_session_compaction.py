@@ -210,7 +210,7 @@ async def test_the_reference_function_compacts_twice_into_one_overlay_and_replay
     # And the summaries are in the log: a rebuild from it gives the same read model, and
     # never calls the summarizer
     calls_before = len(prompts)
-    results = await verify(ms.log, ms.copy)
+    results = await verify(ms.core.log, ms.core.reads.copy)
     assert all(r.ok for r in results), results
     assert len(prompts) == calls_before
 
@@ -248,7 +248,7 @@ async def test_estimates_never_store_a_prompt_and_reuse_a_frozen_one(ms: Memstre
     await quiet.append_message(msg("m1"))
     # Then estimating stored no prompt
     await ms.wait_for("context")
-    assert ms.context_queries.cached_prompt(ms.namespace, "quiet-prompt") is None
+    assert ms.core.reads.context_queries.cached_prompt(ms.namespace, "quiet-prompt") is None
     # Given a frozen 400-character prompt whose block is then made short
     block = {"text": "y" * 400}
 

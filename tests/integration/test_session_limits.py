@@ -36,7 +36,7 @@ def sized(message_id: str, size: int, char: str = "x") -> dict[str, Any]:
 
 async def snapshot(ms: Memstream, session: Session) -> tuple[Any, ...]:
     """Everything a refused command must leave alone: the log end and the session's reads."""
-    stream = await ms.log.js.stream_info(ms.settings.stream)
+    stream = await ms.core.log.js.stream_info(ms.settings.stream)
     return (
         stream.state.last_seq,
         await session.get_history(),
@@ -146,7 +146,7 @@ async def test_update_of_an_unknown_id_leaves_no_orphan_search_row(
     # Then nothing was written, and no search (in the session or across sessions) finds it
     assert await snapshot(ms, session) == before
     assert await session.search("orphanword") == []
-    assert ms.session_queries.search(ms.namespace, None, "orphanword", 20) == []
+    assert ms.core.reads.session_queries.search(ms.namespace, None, "orphanword", 20) == []
     assert await session.get_message("ghost") is None
 
 
@@ -173,7 +173,7 @@ async def test_a_message_of_exactly_1_mib_is_accepted(ms: Memstream, session: Se
 
 
 async def test_bad_session_ids_are_refused(ms: Memstream) -> None:
-    stream_before = (await ms.log.js.stream_info(ms.settings.stream)).state.last_seq
+    stream_before = (await ms.core.log.js.stream_info(ms.settings.stream)).state.last_seq
     for session_id, match in [
         ("s" * 257, "257 characters; the limit is 256"),
         ("a\x00b", "NUL"),
@@ -188,7 +188,7 @@ async def test_bad_session_ids_are_refused(ms: Memstream) -> None:
         with pytest.raises(InvalidInputError, match=match):
             ms.session("ok").for_session(session_id)  # type: ignore[arg-type]
     # Then nothing was written to the log
-    assert (await ms.log.js.stream_info(ms.settings.stream)).state.last_seq == stream_before
+    assert (await ms.core.log.js.stream_info(ms.settings.stream)).state.last_seq == stream_before
 
 
 async def test_bad_deletes_and_compactions_are_refused(ms: Memstream, session: Session) -> None:

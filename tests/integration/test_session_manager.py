@@ -215,19 +215,19 @@ async def test_delete_removes_the_session_and_the_log_replays(
     await manager.get_session(sid).replace_context_block("memory", "likes tea")
     assert "likes tea" in await manager.get_session(sid).refresh_system_prompt()
     await ms.wait_for("context")
-    assert ms.context_queries.block_content(ms.namespace, "memory", sid) == "likes tea"
-    assert "likes tea" in (ms.context_queries.cached_prompt(ms.namespace, sid) or "")
+    assert ms.core.reads.context_queries.block_content(ms.namespace, "memory", sid) == "likes tea"
+    assert "likes tea" in (ms.core.reads.context_queries.cached_prompt(ms.namespace, sid) or "")
     await manager.delete(sid)
     assert await manager.get(sid) is None
     assert await manager.search("secret") == []
     assert await manager.get_history(sid) == []
     # And its built-in block and cached prompt are gone from the context read model
     await ms.wait_for("context")
-    assert ms.context_queries.cached_prompt(ms.namespace, sid) is None
-    assert ms.context_queries.block_content(ms.namespace, "memory", sid) is None
+    assert ms.core.reads.context_queries.cached_prompt(ms.namespace, sid) is None
+    assert ms.core.reads.context_queries.block_content(ms.namespace, "memory", sid) is None
     assert "likes tea" not in await manager.get_session(sid).freeze_system_prompt()
     await manager.delete(sid)  # idempotent
-    results = await verify(ms.log, ms.copy)
+    results = await verify(ms.core.log, ms.core.reads.copy)
     assert [r.projection for r in results] == [*EMBEDDED_VERIFIED]
     assert all(r.ok for r in results), results
 

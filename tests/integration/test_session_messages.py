@@ -116,7 +116,7 @@ async def test_idempotent_append_first_content_wins(ms: Memstream) -> None:
     again_seq = await session.append_message(msg("m1", "Second"), None)
     # Then it is a no-op: no new event, first content kept, no second row
     assert again_seq == first_seq
-    assert await ms.log.last_seq(ms.session_subject("idempotent")) == first_seq
+    assert await ms.core.log.last_seq(ms.core.commands.session_subject("idempotent")) == first_seq
     history = await session.get_history()
     assert history == [msg("m1", "First")]
     assert [h["id"] for h in await session.search("first")] == ["m1"]
@@ -157,10 +157,10 @@ async def test_delete_messages(ms: Memstream) -> None:
     assert ids(await session.get_history()) == ["m1", "m2"]
     assert await session.get_message("m0") is None
     # When only unknown ids are deleted, nothing happens and no event is written
-    before = await ms.log.last_seq(ms.session_subject("delete"))
+    before = await ms.core.log.last_seq(ms.core.commands.session_subject("delete"))
     await session.delete_messages(["nope"])
     await session.delete_messages([])
-    assert await ms.log.last_seq(ms.session_subject("delete")) == before
+    assert await ms.core.log.last_seq(ms.core.commands.session_subject("delete")) == before
     # And the next omitted-parent append continues from m2
     await session.append_message(msg("m4"))
     assert ids(await session.get_history()) == ["m1", "m2", "m4"]
@@ -302,7 +302,7 @@ async def test_append_messages_is_one_atomic_chain(ms: Memstream) -> None:
     session = ms.session("batch")
     # Given m0
     await session.append_message(msg("m0"))
-    before = await ms.log.last_seq(ms.session_subject("batch"))
+    before = await ms.core.log.last_seq(ms.core.commands.session_subject("batch"))
     # When three messages are appended as one chain
     seq = await session.append_messages([msg("a"), msg("b"), msg("c")])
     # Then one event was written and they chain from the latest leaf

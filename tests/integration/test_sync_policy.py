@@ -85,8 +85,8 @@ async def test_the_embedded_server_of_a_data_dir_syncs_always(tmp_path: Path) ->
     settings = Settings(data_dir=tmp_path / "data")
     ms = await open_memstream(settings, workers=False)
     try:
-        assert ms.runtime is not None
-        assert ms.runtime.owner
+        assert ms.core.runtime is not None
+        assert ms.core.runtime.owner
         # Then the config of its server syncs before acknowledging
         seen = _server_jetstream_config(settings.data_dir / CONFIG_FILE, tmp_path)
         assert seen["sync_always"] is True

@@ -41,7 +41,7 @@ async def test_a_command_and_its_projection_share_a_trace(
         seq = await writer.session("traced").append_message(
             {"id": "m1", "role": "user", "content": "hi"}
         )
-        stored = await writer.log.js.get_msg(settings.stream, seq)
+        stored = await writer.core.log.js.get_msg(settings.stream, seq)
         await projector.session("traced").get_history()  # waits until it is projected there
         await projector.sync("analytics")  # and counted by its analytics worker
     finally:
@@ -76,7 +76,7 @@ async def test_no_tracer_provider_no_header(
     ms = await open_memstream(settings, workers=False)
     try:
         seq = await ms.session("plain").append_message({"role": "user", "content": "hi"})
-        stored = await ms.log.js.get_msg(settings.stream, seq)
+        stored = await ms.core.log.js.get_msg(settings.stream, seq)
     finally:
         await ms.close()
     assert TRACEPARENT not in (stored.headers or {})

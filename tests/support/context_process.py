@@ -38,7 +38,7 @@ async def fill(settings: Settings, count: int) -> dict[str, Any]:
             await session.append_context_block("notes", f"line {n}")
             await _index(session, f"k{n % 50}", f"entry {n}")
         await ms.wait_for("context")
-        return {"stream_last_seq": await ms.log.stream_last_seq()}
+        return {"stream_last_seq": await ms.core.log.stream_last_seq()}
     finally:
         await ms.close()
 
@@ -55,15 +55,15 @@ async def first(settings: Settings, count: int) -> dict[str, Any]:
     ms = await open_memstream(settings, workers=True)
     try:
         session = _session(ms)
-        before = await ms.log.stream_last_seq()
+        before = await ms.core.log.stream_last_seq()
         block = await session.append_context_block("notes", "last line")
-        after_append = await ms.log.stream_last_seq()
+        after_append = await ms.core.log.stream_last_seq()
         await _index(session, "k7", f"entry {last_written}")
-        after_same = await ms.log.stream_last_seq()
+        after_same = await ms.core.log.stream_last_seq()
         await _index(session, "k7", "changed")
-        after_change = await ms.log.stream_last_seq()
+        after_change = await ms.core.log.stream_last_seq()
         return {
-            "entries_read": ms.log.entries_read,
+            "entries_read": ms.core.log.entries_read,
             "content_tail": block.content[-40:] if block.content else "",
             "lines": len((block.content or "").splitlines()),
             "seqs": [before, after_append, after_same, after_change],

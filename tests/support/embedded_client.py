@@ -43,7 +43,7 @@ async def read(data_dir: str) -> None:
     async with memstream.connect(data_dir=data_dir) as ms:
         await ms.sync("sessions")
         found = {}
-        for row in ms.session_queries.sessions(ms.namespace):
+        for row in ms.core.reads.session_queries.sessions(ms.namespace):
             history = await ms.session(row["session_id"]).get_history()
             found[row["session_id"]] = [m["id"] for m in history]
         print(json.dumps(found), flush=True)

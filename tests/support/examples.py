@@ -31,9 +31,9 @@ def run_on_fresh_stream(
         try:
             await body(ms)
         finally:
-            if ms.projector is not None:
-                await ms.projector.stop()
-            await ms.log.js.delete_stream(settings.stream)
+            if ms.core.workers.projector is not None:
+                await ms.core.workers.projector.stop()
+            await ms.core.log.js.delete_stream(settings.stream)
             await ms.close()
 
     asyncio.run(scenario())

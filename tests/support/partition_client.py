@@ -73,7 +73,7 @@ async def open_when_placed(settings: Settings, *, workers: bool) -> Memstream:
 
 def connected(ms: Memstream) -> str:
     """``host:port`` of the server the client is connected to."""
-    url = ms.client.connected_url
+    url = ms.core.nats.connected_url
     return "" if url is None else str(url.netloc)
 
 
@@ -97,7 +97,7 @@ async def append(ms: Memstream, session: str, id: str) -> dict[str, Any]:
 
 async def cluster(ms: Memstream) -> dict[str, Any]:
     """The stream's leader and replicas, as the server this client is connected to says."""
-    info = await ms.log.js.stream_info(ms.log.stream)
+    info = await ms.core.log.js.stream_info(ms.core.log.stream)
     state = info.cluster
     replicas = [] if state is None else (state.replicas or [])
     return {
@@ -114,10 +114,10 @@ async def cluster(ms: Memstream) -> dict[str, Any]:
 
 async def stepdown(ms: Memstream, preferred: str) -> dict[str, Any]:
     """Ask the stream's leader to hand over to the server ``preferred``."""
-    reply = await ms.client.request(
-        f"$JS.API.STREAM.LEADER.STEPDOWN.{ms.log.stream}",
+    reply = await ms.core.nats.request(
+        f"$JS.API.STREAM.LEADER.STEPDOWN.{ms.core.log.stream}",
         json.dumps({"placement": {"preferred": preferred}}).encode(),
-        timeout=ms.log.timeout,
+        timeout=ms.core.log.timeout,
     )
     answer: dict[str, Any] = json.loads(reply.data)
     return answer
@@ -129,7 +129,7 @@ async def log(ms: Memstream, sessions: list[str]) -> dict[str, Any]:
     for session in sessions:
         ids: list[str] = []
         others: list[str] = []
-        async for entry in ms.log.read_subject(ms.session_subject(session)):
+        async for entry in ms.core.log.read_subject(ms.core.commands.session_subject(session)):
             event = entry.decode()
             if isinstance(event, SessionAggregate.MessageAppended):
                 ids.append(event.message_id)
@@ -148,7 +148,7 @@ async def histories(ms: Memstream, sessions: list[str]) -> dict[str, Any]:
 
 async def verified(ms: Memstream) -> dict[str, Any]:
     """The read models compared with a rebuild from the log."""
-    results = await verify(ms.log, ms.copy, wait_timeout=VERIFY_TIMEOUT)
+    results = await verify(ms.core.log, ms.core.reads.copy, wait_timeout=VERIFY_TIMEOUT)
     return {
         "results": [
             {"projection": r.projection, "ok": r.ok, "seq": r.seq, "difference": repr(r.difference)}

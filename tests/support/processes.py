@@ -57,11 +57,14 @@ def json_of(env: dict[str, str], *args: str) -> Any:
     return json.loads(memstream(env, *args, "--json").stdout)
 
 
-def script_json(script: Path, *args: str, timeout: float = 120) -> Any:
-    """Run a Python script with this interpreter to its end (bounded) and read the JSON of its
-    last output line."""
+def script_json(
+    script: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> Any:
+    """Run a Python script with this interpreter to its end (bounded; in ``env``, else this
+    process's environment) and read the JSON of its last output line."""
     done = subprocess.run(
         [sys.executable, str(script), *args],
+        env=env,
         capture_output=True,
         text=True,
         timeout=timeout,

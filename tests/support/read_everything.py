@@ -22,15 +22,15 @@ async def main() -> dict[str, Any]:
             await ms.sync(projection)
         trip = ms.session("trip")
         profile = await ms.agent_memory().get_profile("alice")
-        sessions = ms.session_queries.sessions(ms.namespace)
+        sessions = ms.core.reads.session_queries.sessions(ms.namespace)
         return {
             "history": await trip.get_history(),
             "branch": await trip.get_history("m2"),
-            "search": ms.session_queries.search(ms.namespace, None, "ferry", 20),
+            "search": ms.core.reads.session_queries.search(ms.namespace, None, "ferry", 20),
             "sessions": [
                 {k: v for k, v in s.items() if k not in ("first_at", "last_at")} for s in sessions
             ],
-            "blocks": ms.context_queries.blocks(ms.namespace, "trip"),
+            "blocks": ms.core.reads.context_queries.blocks(ms.namespace, "trip"),
             "memories": (await profile.list())["memories"],
             "recall": (await profile.recall("Which language?"))["candidates"],
         }

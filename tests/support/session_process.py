@@ -15,12 +15,15 @@ without workers and runs, as its very first commands: an append of an id that ex
 with the parent omitted, one under an existing parent deep in the chain, and one under an
 unknown parent. It prints one JSON line: the log entries the commands read, the sequences they
 returned and, read back from the log afterwards, the parents they decided.
+
+The stream's subject prefix is ``MEMSTREAM_SUBJECT_PREFIX`` (default ``ms``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -46,8 +49,8 @@ async def fill(settings: Settings, session_id: str, count: int) -> dict[str, Any
         await session.append_message(_message(ids[11]), "m00010")
         for start in range(12, count, 500):
             await session.append_messages([_message(i) for i in ids[start : start + 500]])
-        await ms.wait_for_sessions()
-        return {"last": ids[-1], "stream_last_seq": await ms.log.stream_last_seq()}
+        await ms.wait_for("sessions")
+        return {"last": ids[-1], "stream_last_seq": await ms.core.log.stream_last_seq()}
     finally:
         await ms.close()
 
@@ -56,7 +59,7 @@ async def first(settings: Settings, session_id: str) -> dict[str, Any]:
     ms = await open_memstream(settings, workers=False)
     try:
         session = ms.session(session_id)
-        before = await ms.log.stream_last_seq()
+        before = await ms.core.log.stream_last_seq()
         existing = await session.append_message(_message("m00003"))
         omitted = await session.append_message(_message("new-leaf"))
         deep = await session.append_message(_message("new-branch"), "m00500")
@@ -65,9 +68,11 @@ async def first(settings: Settings, session_id: str) -> dict[str, Any]:
             refused = ""
         except MessageNotFoundError as error:
             refused = str(error)
-        entries_read = ms.log.entries_read
+        entries_read = ms.core.log.entries_read
         parents: dict[str, Any] = {}
-        async for entry in ms.log.read_subject(ms.session_subject(session_id), before):
+        async for entry in ms.core.log.read_subject(
+            ms.core.commands.session_subject(session_id), before
+        ):
             event: Any = decode_event(entry.payload, entry.headers, entry.subject)
             parents[event.message_id] = event.parent_id
         return {
@@ -92,7 +97,7 @@ async def trickle(settings: Settings, session_id: str, count: int) -> dict[str, 
         for i in range(count):
             await session.append_message(_message(f"t{i:05d}"))
             await asyncio.sleep(0.003)
-        return {"appended": count, "last_write_seq": ms.last_write_seq}
+        return {"appended": count, "last_write_seq": ms.core.ryw.last_write_seq}
     finally:
         await ms.close()
 
@@ -107,7 +112,7 @@ async def read(settings: Settings, session_id: str) -> dict[str, Any]:
         history = await ms.session(session_id).get_history()
         return {
             "ids": [m["id"] for m in history],
-            "connected_seq": ms.connected_seq,
+            "connected_seq": ms.core.ryw.connected_seq,
             "connect_seconds": connected - started,
             "read_seconds": time.monotonic() - connected,
         }
@@ -117,7 +122,12 @@ async def read(settings: Settings, session_id: str) -> dict[str, Any]:
 
 def main(argv: list[str]) -> None:
     mode, url, stream, data_dir, session_id = argv[:5]
-    settings = Settings(data_dir=Path(data_dir), nats_url=url, stream=stream)
+    settings = Settings(
+        data_dir=Path(data_dir),
+        nats_url=url,
+        stream=stream,
+        subject_prefix=os.environ.get("MEMSTREAM_SUBJECT_PREFIX") or "ms",
+    )
     if mode == "fill":
         result = asyncio.run(fill(settings, session_id, int(argv[5])))
     elif mode == "trickle":

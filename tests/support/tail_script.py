@@ -26,7 +26,7 @@ async def main(job: str, session_id: str, args: list[str]) -> None:
                 await session.append_message(
                     {"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": f"n {i}"}]}
                 )
-            print(json.dumps(await ms.log.stream_last_seq()))
+            print(json.dumps(await ms.core.log.stream_last_seq()))
         elif job == "history":
             print(json.dumps([m["id"] for m in await session.get_history()]))
         else:

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from memstream.projections.recall.inputs import VectorCache
 from memstream.projections.sqlite.database import open_database, set_tracked_seq
 from memstream.projections.sqlite.memory_queries import SqliteMemoryQueries
 from memstream.projections.sqlite.vector_writer import drop_vectors, store_vectors
 from memstream.projections.vector_projector import MEMORY, DropVectors, EmbedTexts
-from memstream.workers.recall_inputs import VectorCache
 
 MODEL = "test-model"
 
