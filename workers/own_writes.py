@@ -139,8 +139,9 @@ class OwnGroup:
         return self._group is not None
 
     @property
-    def projections(self) -> tuple[str, ...]:
-        return tuple(self._host.store.projections)
+    def projections(self) -> Sequence[str]:
+        """The projections of the projector's store (asked on every read that waits)."""
+        return self._host.store.projections
 
     def readable(self, projection: str, seq: int) -> bool:
         """Whether reads here through the projector's store (its idle store) see
