@@ -232,7 +232,7 @@ class ExtractorWorker:
         before its last part)."""
         last = msg.metadata.sequence.stream
         messages: list[dict[str, Any]] = []
-        async for entry in self.log.read_subject(msg.subject, last - event.parts):
+        async for entry in self.log.read_subject(msg.subject, last - event.parts, consistent=True):
             part = decode_event(entry.payload, entry.headers, entry.subject)
             if (
                 isinstance(part, MemoryProfile.ConversationIngested)

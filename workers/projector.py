@@ -637,19 +637,24 @@ class ProjectorWorker:
         if first <= expected:
             return
         entries, _ = await self.log.read_batch(self.filter_subject, expected, batch=1)
-        if not entries or entries[0].seq >= first:
+        # A replica holding nothing of ours from ``expected`` on, though ``first`` is ours,
+        # is behind the leader (direct gets are answered by any replica): the leader tells.
+        found = (
+            entries[0].seq if entries else await self.log.next_seq(self.filter_subject, expected)
+        )
+        if found is None or found >= first:
             return  # nothing of ours in between (other subjects, or erased events)
         logger.warning(
             "projector %s: its consumer delivered %d before %d (deliveries lost when its "
             "leader moved?); making it anew from %d",
             self.durable,
             first,
-            entries[0].seq,
+            found,
             expected,
         )
         with contextlib.suppress(nats.js.errors.NotFoundError):
             await self.log.js.delete_consumer(self.log.stream, self.durable)
-        raise ReadModelRewound(f"consumer skipped events from {entries[0].seq}")
+        raise ReadModelRewound(f"consumer skipped events from {found}")
 
     async def _ack_pending(self) -> None:
         """Acknowledge the last committed message, if that is still to be done."""

@@ -129,7 +129,8 @@ async def log(ms: Memstream, sessions: list[str]) -> dict[str, Any]:
     for session in sessions:
         ids: list[str] = []
         others: list[str] = []
-        async for entry in ms.core.log.read_subject(ms.core.commands.session_subject(session)):
+        subject = ms.core.commands.session_subject(session)
+        async for entry in ms.core.log.read_subject(subject, consistent=True):
             event = entry.decode()
             if isinstance(event, SessionAggregate.MessageAppended):
                 ids.append(event.message_id)

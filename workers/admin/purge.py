@@ -398,7 +398,7 @@ async def _session_unit(
     events = 0
     last_seq = 0
     compacted = False
-    async for entry in log.read_subject(session_subject):
+    async for entry in log.read_subject(session_subject, consistent=True):
         try:
             event: Any = entry.decode()
             event.mutate(session)
@@ -528,7 +528,8 @@ async def _erase_events(log: EventLog, subject: str, last_seq: int) -> int:
     server's block files until the whole block goes (seen with nats-server 2.15: with 80% of
     a block's events purged, every purged payload still in the file, after a restart too).
     """
-    sequences = [entry.seq async for entry in log.read_subject(subject) if entry.seq <= last_seq]
+    reads = log.read_subject(subject, consistent=True)
+    sequences = [entry.seq async for entry in reads if entry.seq <= last_seq]
     erased = 0
     for start in range(0, len(sequences), ERASE_WINDOW):
         window = sequences[start : start + ERASE_WINDOW]

@@ -617,6 +617,24 @@ class EventLog:
             raise UnavailableError(f"cannot read {subject} from NATS: {error!r}") from error
         return int(message.seq or 0)
 
+    async def next_seq(self, subject: str, start_seq: int) -> int | None:
+        """The sequence of the first message matching ``subject`` from ``start_seq`` on, as the
+        stream's leader holds it (not a direct get: no replica behind it answers); ``None``
+        when there is none.
+
+        Raises:
+            UnavailableError: NATS did not answer within the timeout, or refused the request.
+        """
+        try:
+            message = await self.js.get_msg(
+                self.stream, seq=start_seq, subject=await self.stored(subject), next=True
+            )
+        except nats.js.errors.NotFoundError:
+            return None
+        except _TRANSIENT as error:
+            raise UnavailableError(f"cannot read {subject} from NATS: {error!r}") from error
+        return int(message.seq or 0) or None
+
     async def holds(self, seq: int) -> bool:
         """Whether the stream still holds the event at ``seq`` (not erased or purged).
 
@@ -649,12 +667,43 @@ class EventLog:
     async def read_batch(
         self, filter_subject: str, start_seq: int, batch: int = 1000
     ) -> tuple[list[LogEntry], int]:
-        """Up to ``batch`` messages matching ``filter_subject`` from ``start_seq`` on, in one
+        """Up to ``batch`` messages matching ``filter_subject`` from ``start_seq`` on, by
         JetStream batch direct get, and how many more match after them.
 
+        Any replica may answer a direct get, a paused or cut-off one too: a request that
+        goes unanswered for a quarter of the timeout is sent again (NATS picks a replica
+        anew), going on from the last message received, until the timeout has passed
+        without an answer.
+
         Raises:
-            UnavailableError: NATS did not answer within the timeout, or refused the request.
+            UnavailableError: no replica answered within the timeout, or NATS refused.
         """
+        loop = asyncio.get_running_loop()
+        entries: list[LogEntry] = []
+        filter_ = await self.stored(filter_subject)
+        seq = start_seq
+        attempt = max(0.25, self.timeout / 4)
+        deadline = loop.time() + self.timeout
+        while True:
+            got, pending = await self._direct_batch(filter_, seq, batch - len(entries), attempt)
+            entries += got
+            if got:
+                deadline = loop.time() + self.timeout  # a replica answers: wait for it again
+                seq = got[-1].seq + 1
+            if pending is not None or len(entries) >= batch:
+                self.entries_read += len(entries)
+                return entries, pending or 0
+            if loop.time() > deadline:
+                raise UnavailableError(
+                    f"cannot read {filter_subject} from NATS: no replica of {self.stream} "
+                    f"answered a direct get within {self.timeout:g} s"
+                )
+
+    async def _direct_batch(
+        self, filter_: str, seq: int, batch: int, wait: float
+    ) -> tuple[list[LogEntry], int | None]:
+        """One batch direct get: the messages received, and how many more match after them
+        (``None``: the answer stopped, or never came, within ``wait`` of the last message)."""
         loop = asyncio.get_running_loop()
         entries: list[LogEntry] = []
         done: asyncio.Future[int] = loop.create_future()
@@ -666,47 +715,79 @@ class EventLog:
                 return
             if status == "204":  # end of batch
                 done.set_result(int(headers.get("Nats-Num-Pending", 0)))
-            elif status == "404":  # nothing matches from start_seq on
+            elif status == "404":  # nothing matches from seq on
                 done.set_result(0)
             elif status:
                 done.set_exception(
                     UnavailableError(f"direct get from {self.stream} failed: {headers}")
                 )
             else:
-                seq = int(headers["Nats-Sequence"])
-                entries.append(LogEntry(seq, headers["Nats-Subject"], msg.data, headers))
+                entries.append(
+                    LogEntry(
+                        int(headers["Nats-Sequence"]), headers["Nats-Subject"], msg.data, headers
+                    )
+                )
 
-        request = {
-            "seq": start_seq,
-            "next_by_subj": await self.stored(filter_subject),
-            "batch": batch,
-        }
+        request = {"seq": seq, "next_by_subj": filter_, "batch": batch}
         try:
             sub = await self.client.subscribe(inbox := self.client.new_inbox(), cb=on_message)
             try:
                 await self.client.publish(
                     f"$JS.API.DIRECT.GET.{self.stream}", json.dumps(request).encode(), reply=inbox
                 )
-                pending = await asyncio.wait_for(done, self.timeout)
+                received = 0
+                while True:
+                    try:
+                        return entries, await asyncio.wait_for(asyncio.shield(done), wait)
+                    except TimeoutError:
+                        if len(entries) == received:
+                            return entries, None  # silent for ``wait``: asked again
+                        received = len(entries)
             finally:
                 await sub.unsubscribe()
         except _TRANSIENT as error:
-            raise UnavailableError(f"cannot read {filter_subject} from NATS: {error!r}") from error
-        self.entries_read += len(entries)
-        return entries, pending
+            raise UnavailableError(f"cannot read {filter_} from NATS: {error!r}") from error
 
     async def read_subject(
-        self, subject: str, after_seq: int = 0, *, batch: int = 1000
+        self, subject: str, after_seq: int = 0, *, batch: int = 1000, consistent: bool = False
     ) -> AsyncIterator[LogEntry]:
-        """Yield the messages matching ``subject`` with sequence greater than ``after_seq``."""
+        """Yield the messages matching ``subject`` with sequence greater than ``after_seq``.
+
+        Direct gets are answered by any replica of the stream, and a follower applies what
+        the leader acknowledged a moment later: without ``consistent`` a read may end short
+        of the newest events. With it, the stream's leader is asked first where the subject
+        ends, and the read goes on (asking again, while the replica that answers catches up)
+        until it has passed that point: every event acknowledged before the call is yielded.
+        What a follower yields is a prefix of the leader's (it applies in order), so nothing
+        is yielded twice.
+
+        Raises:
+            UnavailableError: NATS did not answer, or (``consistent``) the replicas that
+                answer stayed behind the leader for the whole timeout.
+        """
         seq = after_seq + 1
+        end = await self.last_seq(subject) if consistent else 0
+        deadline = asyncio.get_running_loop().time() + self.timeout
         while True:
             entries, pending = await self.read_batch(subject, seq, batch)
             for entry in entries:
                 yield entry
-            if not entries or pending == 0:
+            if entries:
+                seq = entries[-1].seq + 1
+            if entries and pending:
+                continue
+            if seq > end:
                 return
-            seq = entries[-1].seq + 1
+            # The replica that answered holds less than the leader did: it is catching up,
+            # or the leader's last event was erased since (asked again below).
+            if asyncio.get_running_loop().time() > deadline:
+                raise UnavailableError(
+                    f"cannot read {subject} from NATS: the stream's replicas answering direct "
+                    f"gets stayed behind its leader (sequence {seq - 1} of {end}) for "
+                    f"{self.timeout:g} s; `memstream doctor` names a replica that is not current"
+                )
+            await asyncio.sleep(0.05)
+            end = await self.last_seq(subject)
 
     async def follow(
         self, subject: str, after_seq: int | None = None, *, batch: int = 256
