@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 
 from memstream.projections.analytics_projector import CountRow, Purge, SessionRow, UnitRow
+from memstream.projections.sql.analytics import COUNT_CONFLICT, SESSION_CONFLICT, UNIT_CONFLICT
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -22,25 +23,16 @@ _COUNTS = (
     "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
     "%s::text[], %s::bigint[]) AS c (ns, day, metric, model, source, sid, profile, amount) "
     "LEFT JOIN analytics_sessions AS s ON s.namespace = c.ns AND s.session_id = c.sid "
-    "GROUP BY 1, 2, 3, 4, 5, 6, 7 "
-    "ON CONFLICT (namespace, day, model, source, metric, session_id, profile) "
-    "DO UPDATE SET value = analytics_daily.value + excluded.value"
+    "GROUP BY 1, 2, 3, 4, 5, 6, 7 " + COUNT_CONFLICT
 )
 _UNITS = (
     "INSERT INTO analytics_units (namespace, kind, id, last_seq) "
-    "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[]) "
-    "ON CONFLICT (namespace, kind, id) DO UPDATE SET last_seq = excluded.last_seq"
+    "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[]) " + UNIT_CONFLICT
 )
 _SESSIONS = (
     "INSERT INTO analytics_sessions (namespace, session_id, first_day, model, source, "
     "registered) SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], "
-    "%s::text[], %s::int[]) ON CONFLICT (namespace, session_id) DO UPDATE SET "
-    "model = CASE WHEN excluded.registered = 1 THEN excluded.model "
-    "ELSE analytics_sessions.model END, "
-    "source = CASE WHEN excluded.registered = 1 THEN excluded.source "
-    "ELSE analytics_sessions.source END, "
-    "registered = CASE WHEN excluded.registered = 1 THEN 1 "
-    "ELSE analytics_sessions.registered END"
+    "%s::text[], %s::int[]) " + SESSION_CONFLICT
 )
 
 

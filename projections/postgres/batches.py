@@ -35,7 +35,7 @@ from memstream.projections.postgres.memory_writer import (
 from memstream.projections.postgres.registry_writer import apply_registry_writes, touch_sessions
 from memstream.projections.postgres.session_writer import PgSessionRows, apply_session_writes
 from memstream.projections.postgres.vectors import ensure_index
-from memstream.projections.registry import PROJECTOR_PROJECTIONS, VERSIONS
+from memstream.projections.registry import VERSIONS
 from memstream.projections.registry_projector import (
     ForgetSession,
     RegisterSession,
@@ -44,13 +44,10 @@ from memstream.projections.registry_projector import (
     project_registry_event,
 )
 from memstream.projections.sql.batches import (
+    EngineProjections,
+    EngineWrites,
     Projection,
-    SqlAnalyticsProjection,
     SqlBatchTransaction,
-    SqlContextProjection,
-    SqlMemoryProjection,
-    SqlSessionProjection,
-    named_projections,
     prepare,
     steps,
 )
@@ -66,22 +63,14 @@ Connection = psycopg.Connection[tuple[Any, ...]]
 KNOWN_SESSIONS = 4096
 
 
-class SessionProjection(SqlSessionProjection):
-    rows_type = PgSessionRows
-    write = staticmethod(apply_session_writes)
-
-
-class ContextProjection(SqlContextProjection):
-    write = staticmethod(apply_context_writes)
-
-
-class MemoryProjection(SqlMemoryProjection):
-    write = staticmethod(apply_memory_writes)
-
-
-class AnalyticsProjection(SqlAnalyticsProjection):
-    write_counts = staticmethod(write_analytics)
-    purge = staticmethod(purge_analytics)
+WRITES = EngineWrites(
+    session_rows=PgSessionRows,
+    sessions=apply_session_writes,
+    context=apply_context_writes,
+    memory=apply_memory_writes,
+    analytics=write_analytics,
+    purge_analytics=purge_analytics,
+)
 
 
 class RegistryProjection:
@@ -167,24 +156,8 @@ class VectorProjection:
         pass
 
 
-_TYPES: dict[str, Any] = {
-    "sessions": SessionProjection,
-    "context": ContextProjection,
-    "registry": RegistryProjection,
-    "memory": MemoryProjection,
-    "analytics": AnalyticsProjection,
-}
-
-
-def default_projections(
-    names: Sequence[str] = PROJECTOR_PROJECTIONS, encoder: TextEncoder | None = None
-) -> list[Projection]:
-    """The PostgreSQL projections named (``vectors`` embeds with ``encoder``).
-
-    Raises:
-        InvalidInputError: ``vectors`` without an encoder, or a name no projection has.
-    """
-    return named_projections(names, _TYPES, VectorProjection, encoder)
+# The PostgreSQL projections named (``vectors`` embeds with an encoder).
+default_projections = EngineProjections(WRITES, RegistryProjection, VectorProjection)
 
 
 def ensure_tracking(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from typing import Literal, LiteralString
 
 from psycopg import sql
 
@@ -33,6 +34,22 @@ def _any_term(terms: Sequence[str]) -> tuple[sql.Composable, list[str]] | None:
     phrase = sql.SQL("phraseto_tsquery({}::regconfig, %s)").format(sql.Literal(TEXT_SEARCH))
     return sql.SQL(" || ").join([phrase] * len(kept)), kept
 
+
+# Ranked by ts_rank_cd (the memories' parts weighted as SQLite's BM25 weighs its columns).
+_FULL_TEXT: dict[str, tuple[LiteralString, list[str]]] = {
+    "memories": (
+        "SELECT m.id FROM (SELECT {} AS q) AS query, memories AS m "
+        "WHERE m.pid = %s AND m.search @@ query.q "
+        "ORDER BY ts_rank_cd(%s::float4[], m.search, query.q) DESC, m.rid DESC LIMIT %s",
+        [_WEIGHTS],
+    ),
+    "messages": (
+        "SELECT r.id FROM (SELECT {} AS q) AS query, memory_messages AS r "
+        "WHERE r.pid = %s AND r.search @@ query.q "
+        "ORDER BY ts_rank_cd(r.search, query.q) DESC, r.rid DESC LIMIT %s",
+        [],
+    ),
+}
 
 # A reader whose database stores no vectors for pgvector asks again after this long (the
 # indexer creates the column when it starts).
@@ -70,42 +87,15 @@ class PgMemoryQueries(SqlMemoryQueries):
             else PgVectorSearch(self.connection, namespace, profile, kind, model)
         )
 
-    # -- recall's channels ------------------------------------------------------------------
-
-    def search_memories(
-        self, namespace: str, profile: str, terms: Sequence[str], limit: int
+    def _full_text(
+        self, table: Literal["memories", "messages"], pid: int, terms: Sequence[str], limit: int
     ) -> list[str]:
-        """Memory ids matching any of ``terms`` (summary weighted), best first."""
-        pid = self._pid(namespace, profile)
-        match = _any_term(terms) if pid is not None else None
+        match = _any_term(terms)
         if match is None:
             return []
         expression, params = match
+        statement, weights = _FULL_TEXT[table]
         rows = self.connection.execute(
-            sql.SQL(
-                "SELECT m.id FROM (SELECT {} AS q) AS query, memories AS m "
-                "WHERE m.pid = %s AND m.search @@ query.q "
-                "ORDER BY ts_rank_cd(%s::float4[], m.search, query.q) DESC, m.rid DESC LIMIT %s"
-            ).format(expression),
-            [*params, pid, _WEIGHTS, limit],
-        ).fetchall()
-        return [r[0] for r in rows]
-
-    def search_messages(
-        self, namespace: str, profile: str, terms: Sequence[str], limit: int
-    ) -> list[str]:
-        """Raw message ids matching any of ``terms``, best first."""
-        pid = self._pid(namespace, profile)
-        match = _any_term(terms) if pid is not None else None
-        if match is None:
-            return []
-        expression, params = match
-        rows = self.connection.execute(
-            sql.SQL(
-                "SELECT r.id FROM (SELECT {} AS q) AS query, memory_messages AS r "
-                "WHERE r.pid = %s AND r.search @@ query.q "
-                "ORDER BY ts_rank_cd(r.search, query.q) DESC, r.rid DESC LIMIT %s"
-            ).format(expression),
-            [*params, pid, limit],
+            sql.SQL(statement).format(expression), [*params, pid, *weights, limit]
         ).fetchall()
         return [r[0] for r in rows]

@@ -9,6 +9,22 @@ from memstream.projections.analytics_rows import daily_rows
 from memstream.projections.sql.dialect import Dialect, Executes
 
 # A namespace (None: every one) and a range of days, both inclusive.
+# How each engine's analytics writes (one row or a batch's rows at once) meet the rows there.
+COUNT_CONFLICT = (
+    "ON CONFLICT (namespace, day, model, source, metric, session_id, profile) "
+    "DO UPDATE SET value = analytics_daily.value + excluded.value"
+)
+UNIT_CONFLICT = "ON CONFLICT (namespace, kind, id) DO UPDATE SET last_seq = excluded.last_seq"
+# A session's model and source are the ones it was registered with, once it was.
+SESSION_CONFLICT = (
+    "ON CONFLICT (namespace, session_id) DO UPDATE SET "
+    "model = CASE WHEN excluded.registered = 1 THEN excluded.model "
+    "ELSE analytics_sessions.model END, "
+    "source = CASE WHEN excluded.registered = 1 THEN excluded.source "
+    "ELSE analytics_sessions.source END, "
+    "registered = CASE WHEN excluded.registered = 1 THEN 1 "
+    "ELSE analytics_sessions.registered END"
+)
 _WHERE = "(CAST(? AS TEXT) IS NULL OR namespace = ?) AND {day} >= ? AND {day} <= ?"
 
 

@@ -10,8 +10,10 @@ begins, commits and rolls back its own way (:class:`SqlBatchTransaction`'s hooks
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from memstream.domain.errors import InvalidInputError
@@ -29,6 +31,7 @@ from memstream.projections.ports import (
     ReadModelRewound,
     TextEncoder,
 )
+from memstream.projections.registry import PROJECTOR_PROJECTIONS
 from memstream.projections.session_projector import project_session_event
 from memstream.projections.tracking import (
     UNPARTITIONED,
@@ -64,19 +67,32 @@ class Memo(Protocol):
     positions: dict[str, int] | None
 
 
+@dataclass(frozen=True, slots=True)
+class EngineWrites:
+    """An engine's writers of the projections written once here."""
+
+    session_rows: Callable[[], Any]  # what a sessions projection remembers of its rows
+    sessions: Callable[[Any, Any, Any], None]  # (connection, writes, rows)
+    context: Callable[[Any, Any], None]  # (connection, writes)
+    memory: Callable[[Any, Any], None]  # (connection, writes)
+    analytics: Callable[..., None]  # (connection, counts, sessions, ...)
+    purge_analytics: Callable[[Any, Purge], None]
+
+
 class _WritesAtOnce:
     """A projection whose writes for an event (a pure function of it) are applied at once: it
-    remembers nothing between events and holds nothing back. An engine names its writer
-    (``write``)."""
+    remembers nothing between events and holds nothing back."""
 
     name: str
+
+    def __init__(self, writes: EngineWrites) -> None:
+        self.writes = writes
 
     @staticmethod
     def project(namespace: str, seq: int, event: object) -> Iterable[Any]:
         raise NotImplementedError
 
-    @staticmethod
-    def write(connection: Any, writes: Any) -> None:
+    def write(self, connection: Any, writes: list[Any]) -> None:
         raise NotImplementedError
 
     def apply(self, connection: Any, namespace: str, seq: int, event: object) -> None:
@@ -96,6 +112,9 @@ class SqlContextProjection(_WritesAtOnce):
     name = "context"
     project = staticmethod(project_context_event)
 
+    def write(self, connection: Any, writes: list[Any]) -> None:
+        self.writes.context(connection, writes)
+
 
 class SqlMemoryProjection(_WritesAtOnce):
     """Agent Memory: profiles, raw messages, memories, their search indexes and history."""
@@ -103,24 +122,23 @@ class SqlMemoryProjection(_WritesAtOnce):
     name = "memory"
     project = staticmethod(project_memory_event)
 
+    def write(self, connection: Any, writes: list[Any]) -> None:
+        self.writes.memory(connection, writes)
+
 
 class SqlSessionProjection:
     """Messages tree, its full-text index and compaction overlays: its writes go through the
-    engine's rows (``rows_type``, ``write``), which remember keys and hold some writes back
-    until :meth:`before_commit`."""
+    engine's rows, which remember keys and hold some writes back until
+    :meth:`before_commit`."""
 
     name = "sessions"
-    rows_type: ClassVar[type[Any]]
 
-    def __init__(self) -> None:
-        self.rows = self.rows_type()
-
-    @staticmethod
-    def write(connection: Any, writes: Any, rows: Any) -> None:
-        raise NotImplementedError
+    def __init__(self, writes: EngineWrites) -> None:
+        self.writes = writes
+        self.rows = writes.session_rows()
 
     def apply(self, connection: Any, namespace: str, seq: int, event: object) -> None:
-        self.write(connection, project_session_event(namespace, seq, event), self.rows)
+        self.writes.sessions(connection, project_session_event(namespace, seq, event), self.rows)
 
     def forget(self) -> None:
         self.rows.forget()
@@ -131,20 +149,13 @@ class SqlSessionProjection:
 
 class SqlAnalyticsProjection:
     """Daily volumes per namespace, model and source: a batch's increments are summed here
-    and written before it commits (the engine's ``write_counts``, ``purge``)."""
+    and written before it commits."""
 
     name = "analytics"
 
-    def __init__(self) -> None:
+    def __init__(self, writes: EngineWrites) -> None:
+        self.writes = writes
         self.batch = AnalyticsBatch()
-
-    @staticmethod
-    def write_counts(connection: Any, *rows: Any) -> None:
-        raise NotImplementedError
-
-    @staticmethod
-    def purge(connection: Any, purge: Purge) -> None:
-        raise NotImplementedError
 
     def apply(self, connection: Any, namespace: str, seq: int, event: object) -> None:
         writes = project_analytics_event(namespace, event, seq)
@@ -152,40 +163,56 @@ class SqlAnalyticsProjection:
         for write in writes:
             if isinstance(write, Purge):
                 self.before_commit(connection)
-                self.purge(connection, write)
+                self.writes.purge_analytics(connection, write)
 
     def forget(self) -> None:
         self.batch.forget()
 
     def before_commit(self, connection: Any) -> None:
         if self.batch:
-            self.write_counts(connection, *self.batch.take())
+            self.writes.analytics(connection, *self.batch.take())
 
 
-def named_projections(
-    names: Sequence[str],
-    types: Mapping[str, Callable[[], Projection]],
-    vectors: Callable[[TextEncoder], Projection],
-    encoder: TextEncoder | None,
-) -> list[Projection]:
-    """The projections named, made by ``types`` (``vectors`` embeds with ``encoder``).
+class EngineProjections:
+    """An engine's projections by name: those written once here, made with its ``writes``,
+    and its own ``registry`` and ``vectors`` (which embeds with an encoder)."""
 
-    Raises:
-        InvalidInputError: ``vectors`` without an encoder, or a name no projection has.
-    """
-    projections: list[Projection] = []
-    for name in names:
-        if name == "vectors":
-            if encoder is None:
-                raise InvalidInputError(
-                    "the vectors projection needs an embedding model (the indexer's)"
-                )
-            projections.append(vectors(encoder))
-        elif name in types:
-            projections.append(types[name]())
-        else:
-            raise InvalidInputError(f"no projection is called {name!r}")
-    return projections
+    def __init__(
+        self,
+        writes: EngineWrites,
+        registry: Callable[[], Projection],
+        vectors: Callable[[TextEncoder], Projection],
+    ) -> None:
+        self.vectors = vectors
+        self.types: dict[str, Callable[[], Projection]] = {
+            "sessions": functools.partial(SqlSessionProjection, writes),
+            "context": functools.partial(SqlContextProjection, writes),
+            "registry": registry,
+            "memory": functools.partial(SqlMemoryProjection, writes),
+            "analytics": functools.partial(SqlAnalyticsProjection, writes),
+        }
+
+    def __call__(
+        self, names: Sequence[str] = PROJECTOR_PROJECTIONS, encoder: TextEncoder | None = None
+    ) -> list[Projection]:
+        """The projections named (``vectors`` embeds with ``encoder``).
+
+        Raises:
+            InvalidInputError: ``vectors`` without an encoder, or a name no projection has.
+        """
+        projections: list[Projection] = []
+        for name in names:
+            if name == "vectors":
+                if encoder is None:
+                    raise InvalidInputError(
+                        "the vectors projection needs an embedding model (the indexer's)"
+                    )
+                projections.append(self.vectors(encoder))
+            elif name in self.types:
+                projections.append(self.types[name]())
+            else:
+                raise InvalidInputError(f"no projection is called {name!r}")
+        return projections
 
 
 class SqlBatchTransaction:

@@ -1,11 +1,11 @@
 """Agent Memory's reads on either engine: profiles, memories, raw messages, history, extraction
-progress, and the lookups of recall's channels but full-text search, which each engine does its
+progress, and the lookups of recall's channels; full-text search is ranked by each engine its
 own way (FTS5's BM25, PostgreSQL's ``ts_rank_cd``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from memstream.projections.memory_rows import (
     FULL,
@@ -19,7 +19,7 @@ from memstream.projections.sql.dialect import Dialect, Executes
 
 class SqlMemoryQueries:
     """Agent Memory reads, each scoped by (namespace, profile): an id of another profile is
-    not found. An engine adds ``search_memories``, ``search_messages`` and ``vector_search``."""
+    not found. An engine adds its full-text search (``_full_text``) and ``vector_search``."""
 
     def __init__(self, connection: Executes, dialect: Dialect) -> None:
         self.connection = connection
@@ -34,6 +34,29 @@ class SqlMemoryQueries:
             (namespace, profile),
         ).fetchone()
         return None if row is None else int(row[0])
+
+    # -- recall's full-text channels ----------------------------------------------------------
+
+    def search_memories(
+        self, namespace: str, profile: str, terms: Sequence[str], limit: int
+    ) -> list[str]:
+        """Memory ids matching any of ``terms`` (summary weighted), best first."""
+        pid = self._pid(namespace, profile)
+        return [] if pid is None else self._full_text("memories", pid, terms, limit)
+
+    def search_messages(
+        self, namespace: str, profile: str, terms: Sequence[str], limit: int
+    ) -> list[str]:
+        """Raw message ids matching any of ``terms``, best first."""
+        pid = self._pid(namespace, profile)
+        return [] if pid is None else self._full_text("messages", pid, terms, limit)
+
+    def _full_text(
+        self, table: Literal["memories", "messages"], pid: int, terms: Sequence[str], limit: int
+    ) -> list[str]:
+        """The ids of the profile's memories or raw messages matching any of ``terms``, best
+        first (the engine's ranking)."""
+        raise NotImplementedError
 
     def profiles(self, namespace: str) -> list[dict[str, Any]]:
         rows = self._execute(

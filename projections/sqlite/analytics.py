@@ -7,6 +7,7 @@ import json
 import sqlite3
 
 from memstream.projections.analytics_projector import CountRow, Purge, SessionRow, UnitRow
+from memstream.projections.sql.analytics import COUNT_CONFLICT, SESSION_CONFLICT, UNIT_CONFLICT
 
 # A count for a session is for its model and source as the sessions table holds them (written
 # after the counts of the same batch: the table is still as it was when the batch began).
@@ -14,23 +15,15 @@ _COUNT = (
     "INSERT INTO analytics_daily (namespace, day, model, source, metric, session_id, profile, "
     "value) SELECT ?1, ?2, coalesce(?4, s.model, ''), coalesce(?5, s.source, ''), ?3, ?6, ?7, ?8 "
     "FROM (SELECT 1) LEFT JOIN analytics_sessions AS s "
-    "ON s.namespace = ?1 AND s.session_id = ?6 WHERE true "
-    "ON CONFLICT (namespace, day, model, source, metric, session_id, profile) "
-    "DO UPDATE SET value = analytics_daily.value + excluded.value"
+    "ON s.namespace = ?1 AND s.session_id = ?6 WHERE true " + COUNT_CONFLICT
 )
 _UNIT = (
     "INSERT INTO analytics_units (namespace, kind, id, last_seq) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT (namespace, kind, id) DO UPDATE SET last_seq = excluded.last_seq"
+    + UNIT_CONFLICT
 )
 _SESSION = (
     "INSERT INTO analytics_sessions (namespace, session_id, first_day, model, source, "
-    "registered) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, session_id) DO UPDATE SET "
-    "model = CASE WHEN excluded.registered = 1 THEN excluded.model "
-    "ELSE analytics_sessions.model END, "
-    "source = CASE WHEN excluded.registered = 1 THEN excluded.source "
-    "ELSE analytics_sessions.source END, "
-    "registered = CASE WHEN excluded.registered = 1 THEN 1 "
-    "ELSE analytics_sessions.registered END"
+    "registered) VALUES (?, ?, ?, ?, ?, ?) " + SESSION_CONFLICT
 )
 
 

@@ -13,7 +13,6 @@ import contextlib
 import sqlite3
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from memstream.projections.ports import (
     LogRecord,
@@ -22,20 +21,16 @@ from memstream.projections.ports import (
     TextEncoder,
     run_steps,
 )
-from memstream.projections.registry import PROJECTOR_PROJECTIONS
 from memstream.projections.registry_projector import (
     Touches,
     TouchSession,
     project_registry_event,
 )
 from memstream.projections.sql.batches import (
+    EngineProjections,
+    EngineWrites,
     Projection,
-    SqlAnalyticsProjection,
     SqlBatchTransaction,
-    SqlContextProjection,
-    SqlMemoryProjection,
-    SqlSessionProjection,
-    named_projections,
     prepare,
     steps,
 )
@@ -62,22 +57,14 @@ from memstream.projections.vector_projector import (
 __all__ = ["BatchMemo", "BatchTransaction", "Projection", "apply_batch", "batch_steps"]
 
 
-class SessionProjection(SqlSessionProjection):
-    rows_type = SessionRows
-    write = staticmethod(apply_session_writes)
-
-
-class ContextProjection(SqlContextProjection):
-    write = staticmethod(apply_context_writes)
-
-
-class MemoryProjection(SqlMemoryProjection):
-    write = staticmethod(apply_memory_writes)
-
-
-class AnalyticsProjection(SqlAnalyticsProjection):
-    write_counts = staticmethod(write_analytics)
-    purge = staticmethod(purge_analytics)
+WRITES = EngineWrites(
+    session_rows=SessionRows,
+    sessions=apply_session_writes,
+    context=apply_context_writes,
+    memory=apply_memory_writes,
+    analytics=write_analytics,
+    purge_analytics=purge_analytics,
+)
 
 
 class RegistryProjection:
@@ -143,24 +130,8 @@ class VectorProjection:
         pass
 
 
-_PROJECTION_TYPES: dict[str, Any] = {
-    "sessions": SessionProjection,
-    "context": ContextProjection,
-    "registry": RegistryProjection,
-    "memory": MemoryProjection,
-    "analytics": AnalyticsProjection,
-}
-
-
-def default_projections(
-    names: Sequence[str] = PROJECTOR_PROJECTIONS, encoder: TextEncoder | None = None
-) -> list[Projection]:
-    """The SQLite projections named (``vectors`` embeds with ``encoder``).
-
-    Raises:
-        InvalidInputError: ``vectors`` without an encoder, or a name no projection has.
-    """
-    return named_projections(names, _PROJECTION_TYPES, VectorProjection, encoder)
+# The SQLite projections named (``vectors`` embeds with an encoder).
+default_projections = EngineProjections(WRITES, RegistryProjection, VectorProjection)
 
 
 @dataclass

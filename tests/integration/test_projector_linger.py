@@ -16,7 +16,8 @@ import pytest
 import memstream.local_workers
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import ProjectionLagError
-from memstream.projections.sqlite.batches import ContextProjection, Projection, SessionProjection
+from memstream.projections.sql.batches import SqlContextProjection, SqlSessionProjection
+from memstream.projections.sqlite.batches import WRITES, Projection
 from memstream.projections.sqlite.database import open_database, tracked_seq
 from memstream.projections.sqlite.store import SqliteReadModelStore
 from memstream.settings import Settings
@@ -218,11 +219,11 @@ async def test_a_projector_worker_of_its_own_lingers_and_hears_readers_too(
         await worker
 
 
-class _Halfway(SessionProjection):
+class _Halfway(SqlSessionProjection):
     """The session projection, announcing when it has applied ``at`` events."""
 
     def __init__(self, at: int) -> None:
-        super().__init__()
+        super().__init__(WRITES)
         self.at = at
         self.count = 0
         self.reached = asyncio.Event()
@@ -257,7 +258,7 @@ def _one_batch_projector(
     settings = {"standing_pull": False, "thread_bytes": 0, **options}
     return ProjectorWorker(
         writer.core.log,
-        SqliteReadModelStore(connection, [projection, ContextProjection()]),
+        SqliteReadModelStore(connection, [projection, SqlContextProjection(WRITES)]),
         demand=Demand(),
         **settings,
     )
@@ -333,11 +334,11 @@ async def test_a_clean_stop_commits_the_batch_in_hand(
     connection.close()
 
 
-class _SlowInThread(SessionProjection):
+class _SlowInThread(SqlSessionProjection):
     """The session projection, announcing its first event and then taking its time."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(WRITES)
         self.started = threading.Event()
 
     def apply(

@@ -24,7 +24,8 @@ from support.memory_log import MemoryLog
 from memstream.domain.context import ContextDocument, SearchIndex, document_id
 from memstream.domain.errors import MemstreamError
 from memstream.projections.ports import ProjectorStats
-from memstream.projections.sqlite.batches import ContextProjection, apply_batch
+from memstream.projections.sql.batches import SqlContextProjection
+from memstream.projections.sqlite.batches import WRITES, apply_batch
 from memstream.projections.sqlite.context_snapshots import (
     SqliteDocumentSnapshots,
     SqliteSearchSnapshots,
@@ -128,7 +129,7 @@ class World:
     def project(self, count: int) -> None:
         entries = self.log.entries[self.projected : self.projected + count]
         if entries:
-            apply_batch(self.projector, [ContextProjection()], entries, ProjectorStats())
+            apply_batch(self.projector, [SqlContextProjection(WRITES)], entries, ProjectorStats())
             self.projected += len(entries)
 
     def rebuild(self, upto: int) -> None:

@@ -17,10 +17,10 @@ from support.messages import msg
 from memstream.domain.session import SessionAggregate
 from memstream.projections.ports import ProjectorStats
 from memstream.projections.session_projector import project_session_event
+from memstream.projections.sql.batches import SqlContextProjection, SqlSessionProjection
 from memstream.projections.sqlite.batches import (
+    WRITES,
     BatchMemo,
-    ContextProjection,
-    SessionProjection,
     apply_batch,
 )
 from memstream.projections.sqlite.checkpointer import Checkpointer, defer_checkpoints
@@ -76,7 +76,10 @@ def replayed(tmp_path: Path, entries: list[LogEntry], name: str) -> sqlite3.Conn
     connection = open_database(tmp_path / name)
     for entry in entries:
         apply_batch(
-            connection, [SessionProjection(), ContextProjection()], [entry], ProjectorStats()
+            connection,
+            [SqlSessionProjection(WRITES), SqlContextProjection(WRITES)],
+            [entry],
+            ProjectorStats(),
         )
     return connection
 
@@ -96,7 +99,12 @@ def test_a_batch_of_inserts_writes_its_search_rows_as_one_segment(
     log = Log()
     for n in range(200):
         log.append(f"s{n % 4}", f"m{n}", f"word{n} common text of message {n}")
-    apply_batch(database, [SessionProjection(), ContextProjection()], log.entries, ProjectorStats())
+    apply_batch(
+        database,
+        [SqlSessionProjection(WRITES), SqlContextProjection(WRITES)],
+        log.entries,
+        ProjectorStats(),
+    )
     assert segments(database) == 1
     queries = SqliteSessionQueries(database)
     assert [h["id"] for h in queries.search(NAMESPACE, "s1", "word13", 10)] == ["m13"]
@@ -115,7 +123,12 @@ def test_search_rows_follow_updates_deletes_and_clears_within_one_batch(
     log.append("b", "x1", "banana bread")
     log.command("b", lambda s: s.clear_messages())
     log.append("b", "x2", "banana split")
-    apply_batch(database, [SessionProjection(), ContextProjection()], log.entries, ProjectorStats())
+    apply_batch(
+        database,
+        [SqlSessionProjection(WRITES), SqlContextProjection(WRITES)],
+        log.entries,
+        ProjectorStats(),
+    )
 
     queries = SqliteSessionQueries(database)
 
@@ -139,7 +152,7 @@ def test_a_projector_forgets_what_it_knew_once_another_connection_rewrote_the_fi
         log.append(f"s{n % 2}", f"m{n}", f"text {n}")
     path = tmp_path / "memstream.db"
     projector = open_database(path)
-    projections = [SessionProjection(), ContextProjection()]
+    projections = [SqlSessionProjection(WRITES), SqlContextProjection(WRITES)]
     memo = BatchMemo()
     assert apply_batch(projector, projections, log.entries[:20], ProjectorStats(), memo=memo) == 20
 
@@ -149,7 +162,10 @@ def test_a_projector_forgets_what_it_knew_once_another_connection_rewrote_the_fi
     drop_projection(rebuilder, "context")
     rebuilder.execute("INSERT INTO session_keys (namespace, session_id) VALUES ('x', 'y')")
     apply_batch(
-        rebuilder, [SessionProjection(), ContextProjection()], log.entries[:30], ProjectorStats()
+        rebuilder,
+        [SqlSessionProjection(WRITES), SqlContextProjection(WRITES)],
+        log.entries[:30],
+        ProjectorStats(),
     )
     rebuilder.execute("DELETE FROM session_keys WHERE namespace = 'x'")
     assert rebuilder.execute("SELECT min(sid) FROM session_keys").fetchone()[0] == 2
@@ -172,7 +188,7 @@ def test_a_projector_keeps_its_positions_between_batches_while_it_writes_alone(
     for n in range(10):
         log.append("s", f"m{n}", f"text {n}")
     memo = BatchMemo()
-    projections = [SessionProjection(), ContextProjection()]
+    projections = [SqlSessionProjection(WRITES), SqlContextProjection(WRITES)]
     apply_batch(database, projections, log.entries[:5], ProjectorStats(), memo=memo)
     assert memo.positions == {"sessions": 5, "context": 5}
     statements: list[str] = []
@@ -189,10 +205,10 @@ def test_a_rolled_back_batch_leaves_nothing_remembered(database: sqlite3.Connect
     for n in range(6):
         log.append("s", f"m{n}", f"text {n}")
     memo = BatchMemo()
-    projection = SessionProjection()
+    projection = SqlSessionProjection(WRITES)
     apply_batch(database, [projection], log.entries[:3], ProjectorStats(), memo=memo)
 
-    class Failing(SessionProjection):
+    class Failing(SqlSessionProjection):
         name = "sessions"
 
         def apply(
@@ -202,7 +218,7 @@ def test_a_rolled_back_batch_leaves_nothing_remembered(database: sqlite3.Connect
             if seq == 5:
                 raise RuntimeError("boom")
 
-    failing = Failing()
+    failing = Failing(WRITES)
     failing.rows = projection.rows  # the same memory, as one projector's projection has
     with pytest.raises(RuntimeError):
         apply_batch(database, [failing], log.entries[3:], ProjectorStats(), memo=memo)
@@ -331,12 +347,12 @@ def test_a_checkpoint_that_fails_is_logged_and_tried_again(
         checkpointer.stop()
 
 
-class _Preparing(SessionProjection):
+class _Preparing(SqlSessionProjection):
     """The session projection with a ``prepare`` step (as the vectors projection embeds its
     texts there), which records whether another connection could take the write lock then."""
 
     def __init__(self, path: Path) -> None:
-        super().__init__()
+        super().__init__(WRITES)
         self.path = path
         self.lock_free: list[bool] = []
 

@@ -25,7 +25,8 @@ from support.messages import msg
 from memstream.domain.errors import MemstreamError
 from memstream.domain.session import OMITTED, SessionAggregate
 from memstream.projections.ports import ProjectorStats
-from memstream.projections.sqlite.batches import SessionProjection, apply_batch
+from memstream.projections.sql.batches import SqlSessionProjection
+from memstream.projections.sqlite.batches import WRITES, apply_batch
 from memstream.projections.sqlite.database import drop_projection, open_database
 from memstream.projections.sqlite.session_snapshots import SqliteSessionSnapshots
 from memstream.workers.log.aggregate_store import AggregateStore
@@ -137,7 +138,7 @@ class World:
     def project(self, count: int) -> None:
         entries = self.log.entries[self.projected : self.projected + count]
         if entries:
-            apply_batch(self.projector, [SessionProjection()], entries, ProjectorStats())
+            apply_batch(self.projector, [SqlSessionProjection(WRITES)], entries, ProjectorStats())
             self.projected += len(entries)
 
     def rebuild(self, upto: int) -> None:
