@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from support.partition_client import open_when_placed
+from support.processes import freeze
 
 import memstream
 from memstream import InvalidInputError, Memstream, UnavailableError
@@ -288,7 +289,7 @@ async def test_a_client_whose_server_stops_answering_moves_to_another_within_sec
         # When the server it is connected to stops answering (paused: its sockets stay open)
         port = ms.core.nats.connected_url.port if ms.core.nats.connected_url else None
         paused = next(node for node in cluster if node.server.port == port)
-        os.kill(paused.server.process.pid, signal.SIGSTOP)
+        freeze(paused.server.process)
         stopped = time.monotonic()
         # Then its writes go through another server within seconds
         index = 10

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -106,6 +107,16 @@ def freeze(process: subprocess.Popen[Any], timeout: float = 10) -> None:
     signal, and a loaded machine may let the process run (answer a request) before it stops."""
     process.send_signal(signal.SIGSTOP)
     deadline = time.monotonic() + timeout
-    while process_state(process.pid) != "T":
+    while not _stopped(process.pid):
         assert time.monotonic() < deadline, f"pid {process.pid} did not stop"
         time.sleep(0.001)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` has stopped (a Go server runs many: one still running
+    can answer a request)."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+            states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+    return bool(states) and all(state == "T" for state in states)
