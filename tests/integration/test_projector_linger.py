@@ -16,11 +16,13 @@ import pytest
 import memstream.local_workers
 from memstream.client import Memstream, open_memstream
 from memstream.domain.errors import ProjectionLagError
+from memstream.projections.registry import MODEL_FREE_PROJECTIONS
 from memstream.projections.sql.batches import SqlContextProjection, SqlSessionProjection
 from memstream.projections.sqlite.batches import WRITES, Projection
 from memstream.projections.sqlite.database import open_database, tracked_seq
 from memstream.projections.sqlite.store import SqliteReadModelStore
 from memstream.settings import Settings
+from memstream.workers.admin.rebuild import verify
 from memstream.workers.log.subjects import demand_subject
 from memstream.workers.position import Demand, PositionWatch
 from memstream.workers.projector import ProjectorWorker
@@ -87,6 +89,30 @@ async def test_a_reader_in_another_process_cuts_the_lingering_short(
         # Then it waits far less than the linger: it told the owner's projector over NATS
         assert time.monotonic() - started < 3.0
         assert [m["id"] for m in history] == [f"m{j}" for j in range(i + 1)]
+
+
+async def test_verify_cuts_the_lingering_of_the_projectors_it_waits_for_short(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a memstream whose projector and analytics worker linger far longer than verify
+    # waits for them
+    monkeypatch.setattr(memstream.local_workers, "PROJECTOR_LINGER", 60.0)
+    monkeypatch.setattr(memstream.local_workers, "ANALYTICS_LINGER", 60.0)
+    ms = await open_memstream(settings, workers=True)
+    try:
+        session = ms.session("s")
+        for i in range(5):
+            await session.append_message(_message(i))
+        # When the read models are verified against the log (waiting at most 10 s for them)
+        results = await verify(
+            ms.core.log, ms.core.reads.copy, list(MODEL_FREE_PROJECTIONS), wait_timeout=10.0
+        )
+        # Then every projection reached the log's end and equals a rebuild: the wait told
+        # the lingering workers to commit
+        assert {r.projection for r in results} == set(MODEL_FREE_PROJECTIONS)
+        assert all(r.ok for r in results), results
+    finally:
+        await ms.close()
 
 
 async def test_a_reader_elsewhere_repeats_what_it_waits_for_at_every_poll() -> None:

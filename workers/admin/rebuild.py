@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +32,8 @@ from memstream.projections.tracking import TrackingRows
 from memstream.workers.dead_letters import forget_erased_dead_letters
 from memstream.workers.log.event_log import TRANSIENT_ERRORS, EventLog, LogEntry
 from memstream.workers.log.log_position import check_copy
+from memstream.workers.log.subjects import demand_subject
+from memstream.workers.position import encode_demand
 from memstream.workers.projector import consumed_subjects, projector_consumer
 from memstream.workers.pull import Puller, stream_sequence
 
@@ -53,6 +57,10 @@ class VerifyResult:
     @property
     def ok(self) -> bool:
         return self.live == self.rebuilt
+
+
+# How often a verify waiting for the live read model tells lingering projectors it waits.
+NUDGE_SECONDS = 0.5
 
 
 async def catch_up(
@@ -277,12 +285,23 @@ async def _live_reaches(
                 return any(positions.get(k, 0) < t for k, t in targets[projection].items())
         return live.positions()[projection] < seq
 
+    # Lingering projectors (the analytics worker gathers a second's events) commit at once
+    # when a reader says what it waits for, wherever they run.
+    wanted = max(reach.values(), default=0)
+    demand = encode_demand(wanted, {k: min(end, wanted) for k, end in ends.items() if end})
+    loop = asyncio.get_running_loop()
     try:
-        deadline = asyncio.get_running_loop().time() + wait
+        deadline = loop.time() + wait
+        nudged = -math.inf
         while any(behind(p, seq) for p, seq in reach.items()):
-            if asyncio.get_running_loop().time() > deadline:
-                raise UnavailableError(f"live read model did not reach {max(reach.values())}")
-            await asyncio.sleep(0.05)
+            now = loop.time()
+            if now > deadline:
+                raise UnavailableError(f"live read model did not reach {wanted}")
+            if now - nudged >= NUDGE_SECONDS:  # again now and then: a signal may be lost
+                nudged = now
+                with contextlib.suppress(*TRANSIENT_ERRORS):
+                    await log.client.publish(demand_subject(log.stream), demand)
+            await asyncio.sleep(0.01)
     finally:
         if reader is not None:
             reader.close()
