@@ -67,8 +67,11 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_the_cli(tmp_path: Path) -> No
     run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
     # (the CPU build of torch first, as the Makefile does: a bare "torch" is a CUDA build of
     # several GB)
-    run(venv / "bin" / "python", "-m", "pip", "install", "--quiet", "torch==2.13.0", cwd=tmp_path)
-    run(venv / "bin" / "python", "-m", "pip", "install", "--quiet", wheel, cwd=tmp_path)
+    # (--no-compile: byte-compiling every installed module, torch's thousands among them, is
+    # most of an install's time here and nothing this test looks at)
+    pip = (venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-compile")
+    run(*pip, "torch==2.13.0", cwd=tmp_path)
+    run(*pip, wheel, cwd=tmp_path)
 
     # Then its console script runs and lists the command groups
     result = run(venv / "bin" / "memstream", "--help", cwd=tmp_path, timeout=60)
