@@ -11,6 +11,9 @@ from memstream.domain.errors import ProjectionLagError
 
 POLL_MIN = 0.0005
 POLL_MAX = 0.01
+# How often a reader that polls positions (verify, purge) tells lingering projectors again
+# what it waits for: a signal may be lost.
+NUDGE_SECONDS = 0.5
 # A demand signal longer than this is not read (1,024 partitions' targets fit in ~25 KiB).
 DEMAND_MAX_BYTES = 64 * 1024
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -52,6 +53,7 @@ from memstream.workers.log.codec import CommandMeta, new_command_id
 from memstream.workers.log.event_contract import utc_time
 from memstream.workers.log.event_log import TRANSIENT_ERRORS, EventLog
 from memstream.workers.log.subjects import parse_subject, subject_for
+from memstream.workers.position import NUDGE_SECONDS
 from memstream.workers.pull import Puller
 
 logger = logging.getLogger(__name__)
@@ -469,11 +471,15 @@ async def _copies_behind(log: EventLog, seq: int, wait: float) -> list[CopyStatu
     """The read-model copies whose projectors have not acknowledged the stream up to ``seq``,
     after waiting up to ``wait`` seconds for them."""
     deadline = time.monotonic() + wait
+    nudged = -math.inf
     while True:
         copies = copy_statuses(await consumer_statuses(log), await log.stream_last_seq())
         behind = [copy for copy in copies if copy.ack_floor < seq]
         if not behind or time.monotonic() >= deadline:
             return behind
+        if time.monotonic() - nudged >= NUDGE_SECONDS:  # lingering projectors: commit now
+            nudged = time.monotonic()
+            await log.nudge(seq)
         await asyncio.sleep(COPIES_POLL)
 
 

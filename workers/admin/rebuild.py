@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -32,8 +31,7 @@ from memstream.projections.tracking import TrackingRows
 from memstream.workers.dead_letters import forget_erased_dead_letters
 from memstream.workers.log.event_log import TRANSIENT_ERRORS, EventLog, LogEntry
 from memstream.workers.log.log_position import check_copy
-from memstream.workers.log.subjects import demand_subject
-from memstream.workers.position import encode_demand
+from memstream.workers.position import NUDGE_SECONDS
 from memstream.workers.projector import consumed_subjects, projector_consumer
 from memstream.workers.pull import Puller, stream_sequence
 
@@ -57,10 +55,6 @@ class VerifyResult:
     @property
     def ok(self) -> bool:
         return self.live == self.rebuilt
-
-
-# How often a verify waiting for the live read model tells lingering projectors it waits.
-NUDGE_SECONDS = 0.5
 
 
 async def catch_up(
@@ -288,7 +282,6 @@ async def _live_reaches(
     # Lingering projectors (the analytics worker gathers a second's events) commit at once
     # when a reader says what it waits for, wherever they run.
     wanted = max(reach.values(), default=0)
-    demand = encode_demand(wanted, {k: min(end, wanted) for k, end in ends.items() if end})
     loop = asyncio.get_running_loop()
     try:
         deadline = loop.time() + wait
@@ -297,10 +290,9 @@ async def _live_reaches(
             now = loop.time()
             if now > deadline:
                 raise UnavailableError(f"live read model did not reach {wanted}")
-            if now - nudged >= NUDGE_SECONDS:  # again now and then: a signal may be lost
+            if now - nudged >= NUDGE_SECONDS:
                 nudged = now
-                with contextlib.suppress(*TRANSIENT_ERRORS):
-                    await log.client.publish(demand_subject(log.stream), demand)
+                await log.nudge(wanted)
             await asyncio.sleep(0.01)
     finally:
         if reader is not None:

@@ -35,11 +35,13 @@ from memstream.workers.log.codec import (
 from memstream.workers.log.nats_client import MemstreamNatsClient, frame_batch
 from memstream.workers.log.server_version import check_server
 from memstream.workers.log.subjects import (
+    demand_subject,
     parse_subject,
     partition_filter,
     partition_transform,
     stored_filter,
 )
+from memstream.workers.position import encode_demand
 from memstream.workers.pull import Puller
 from memstream.workers.runtime.nats_server import LIVENESS_PING_SECONDS, LIVENESS_PINGS
 
@@ -598,6 +600,15 @@ class EventLog:
         4-token pattern): ``subject.*`` on a partitioned stream (see
         :func:`~memstream.workers.log.subjects.stored_filter`)."""
         return stored_filter(subject, await self.partitions())
+
+    async def nudge(self, seq: int) -> None:
+        """Tell the lingering projectors of this stream, wherever they run, that a reader
+        waits for ``seq`` (on a partitioned stream, each partition for its last event up to
+        there), so that they commit at once; best effort (a reader polls regardless)."""
+        ends = await self.partition_ends()
+        signal = encode_demand(seq, {p: min(end, seq) for p, end in ends.items() if end})
+        with contextlib.suppress(*_TRANSIENT):
+            await self.client.publish(demand_subject(self.stream), signal)
 
     async def stream_last_seq(self) -> int:
         """The stream's last sequence (0 when empty)."""
