@@ -27,11 +27,13 @@ run: $(STAMP)
 	$(BIN)/memstream up --demo
 
 # The suite waits on servers and processes more than it computes: two pytest workers halve it.
+# A few tests take most of the time: a worker that runs out of tests takes the other's
+# (worksteal) instead of idling while it finishes its share.
 TEST_WORKERS ?= 2
 
 test: $(STAMP)
 	$(COMPILE)
-	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
