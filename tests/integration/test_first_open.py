@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from memstream.projections.sqlite.database import APPLICATION_ID, SCHEMA_VERSION
+from memstream.projections.sqlite.schema import APPLICATION_ID, SCHEMA_VERSION
 
 OPENERS = 6
 

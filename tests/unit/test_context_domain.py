@@ -27,7 +27,7 @@ from memstream.domain.session import SessionAggregate
 from memstream.projections.context_projector import project_context_event
 from memstream.projections.sqlite.context_queries import SqliteContextQueries
 from memstream.projections.sqlite.context_writer import apply_context_writes
-from memstream.projections.sqlite.database import migrate
+from memstream.projections.sqlite.schema import migrate
 
 NS = "default"
 

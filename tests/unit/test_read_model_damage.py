@@ -22,14 +22,12 @@ from memstream.domain.session import SessionAggregate
 from memstream.projections.session_projector import project_session_event
 from memstream.projections.sqlite.damage import file_identity, is_damage, move_aside
 from memstream.projections.sqlite.database import (
-    APPLICATION_ID,
-    SCHEMA_VERSION,
     file_replaced,
-    migrate,
     open_database,
     set_tracked_seq,
     tracked_seq,
 )
+from memstream.projections.sqlite.schema import APPLICATION_ID, SCHEMA_VERSION, migrate
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 from memstream.projections.sqlite.session_writer import apply_session_writes
 

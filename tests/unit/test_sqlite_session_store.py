@@ -29,8 +29,8 @@ from memstream.projections.session_projector import (
     project_session_event,
 )
 from memstream.projections.sqlite.checksum import checksum, first_difference
-from memstream.projections.sqlite.database import migrate
 from memstream.projections.sqlite.message_rows import SessionRowsExhausted, mid_range
+from memstream.projections.sqlite.schema import migrate
 from memstream.projections.sqlite.session_queries import SqliteSessionQueries
 from memstream.projections.sqlite.session_writer import apply_session_writes
 
