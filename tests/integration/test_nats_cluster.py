@@ -382,6 +382,53 @@ async def test_a_consistent_read_through_a_follower_has_every_acknowledged_write
         await ms.close()
 
 
+async def test_a_read_goes_on_when_the_replica_answering_it_is_paused(
+    cluster: list[Node], tmp_path: Path
+) -> None:
+    # Given a 2-replica stream holding 20 messages
+    stream = "D" + uuid.uuid4().hex[:12].upper()
+    settings = Settings(
+        data_dir=tmp_path / "w", nats_url=_servers(cluster), stream=stream, stream_replicas=2
+    )
+    writer = await open_when_placed(settings, workers=False)
+    try:
+        for index in range(20):
+            await writer.session("s").append_message(_message(index))
+        deadline = time.monotonic() + 10
+        while True:  # both replicas current
+            info = await writer.core.log.js.stream_info(stream)
+            assert info.cluster is not None
+            replicas = info.cluster.replicas or []
+            if info.cluster.leader and replicas and all(r.current for r in replicas):
+                break
+            assert time.monotonic() < deadline, info.cluster
+            await asyncio.sleep(0.05)
+        holders = {info.cluster.leader, *(r.name for r in replicas)}
+    finally:
+        await writer.close()
+    # and a client of the server that holds no replica (its direct gets go to a replica's server)
+    outside = next(node for node in cluster if node.name not in holders)
+    leader = next(node for node in cluster if node.name == info.cluster.leader)
+    reader = await open_when_placed(
+        Settings(data_dir=tmp_path / "r", nats_url=outside.url, stream=stream, stream_replicas=2),
+        workers=False,
+    )
+    subject = reader.core.commands.session_subject("s")
+    # When the stream's leader stops answering (paused) and the client reads 10 times
+    freeze(leader.server.process)
+    try:
+        for _ in range(10):
+            started = time.monotonic()
+            ids = [e.decode().message_id async for e in reader.core.log.read_subject(subject)]
+            # Then every read has all 20 within the read timeout: a direct get left unanswered
+            # by the paused replica was sent again, and the other answered
+            assert ids == [f"m{index:04d}" for index in range(20)]
+            assert time.monotonic() - started < reader.core.log.timeout
+    finally:
+        os.kill(leader.server.process.pid, signal.SIGCONT)
+        await reader.close()
+
+
 async def test_a_stream_with_fewer_replicas_is_scaled_up(
     cluster: list[Node], tmp_path: Path
 ) -> None:
