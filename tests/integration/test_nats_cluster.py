@@ -124,16 +124,33 @@ async def _verify(ms: Memstream) -> list[VerifyResult]:
 
 
 async def _wait_until_replicated(ms: Memstream, stream: str) -> str:
-    """Wait (bounded) until every replica of ``stream`` is current; return its leader's name."""
+    """Wait (bounded) until every replica of ``stream`` (3) is current; return its leader's
+    name."""
+    leader, _ = await _current_replicas(ms, stream, 3)
+    return leader
+
+
+async def _current_replicas(ms: Memstream, stream: str, count: int) -> tuple[str, set[str]]:
+    """Wait (bounded) until ``count`` servers hold ``stream``, each current; return its
+    leader's name and the names of all of them."""
     deadline = time.monotonic() + 10
     while True:
         info = await ms.core.log.js.stream_info(stream)
         assert info.cluster is not None
         replicas = info.cluster.replicas or []
-        if info.cluster.leader and len(replicas) == 2 and all(r.current for r in replicas):
-            return info.cluster.leader
+        leader = info.cluster.leader
+        if leader and len(replicas) == count - 1 and all(r.current for r in replicas):
+            return leader, {leader, *(r.name for r in replicas)}
         assert time.monotonic() < deadline, info.cluster
         await asyncio.sleep(0.05)
+
+
+async def _client_of(node: Node, data_dir: Path, stream: str, replicas: int) -> Memstream:
+    """A client (no workers) connected to ``node`` only."""
+    settings = Settings(
+        data_dir=data_dir, nats_url=node.url, stream=stream, stream_replicas=replicas
+    )
+    return await open_when_placed(settings, workers=False)
 
 
 def _message(index: int) -> dict[str, object]:
@@ -339,19 +356,9 @@ async def test_a_consistent_read_through_a_follower_has_every_acknowledged_write
         await placed.close()
     follower = next(node for node in cluster if node.name != leader)
     leading = next(node for node in cluster if node.name == leader)
-    ms = await open_when_placed(
-        Settings(
-            data_dir=tmp_path / "one", nats_url=follower.url, stream=stream, stream_replicas=3
-        ),
-        workers=False,
-    )
+    ms = await _client_of(follower, tmp_path / "one", stream, 3)
     # and another writer loading the leader, so that the followers trail it
-    loader = await open_when_placed(
-        Settings(
-            data_dir=tmp_path / "load", nats_url=leading.url, stream=stream, stream_replicas=3
-        ),
-        workers=False,
-    )
+    loader = await _client_of(leading, tmp_path / "load", stream, 3)
 
     async def load() -> None:
         for batch in range(10_000):
@@ -394,25 +401,13 @@ async def test_a_read_goes_on_when_the_replica_answering_it_is_paused(
     try:
         for index in range(20):
             await writer.session("s").append_message(_message(index))
-        deadline = time.monotonic() + 10
-        while True:  # both replicas current
-            info = await writer.core.log.js.stream_info(stream)
-            assert info.cluster is not None
-            replicas = info.cluster.replicas or []
-            if info.cluster.leader and replicas and all(r.current for r in replicas):
-                break
-            assert time.monotonic() < deadline, info.cluster
-            await asyncio.sleep(0.05)
-        holders = {info.cluster.leader, *(r.name for r in replicas)}
+        leader_name, holders = await _current_replicas(writer, stream, 2)
     finally:
         await writer.close()
     # and a client of the server that holds no replica (its direct gets go to a replica's server)
     outside = next(node for node in cluster if node.name not in holders)
-    leader = next(node for node in cluster if node.name == info.cluster.leader)
-    reader = await open_when_placed(
-        Settings(data_dir=tmp_path / "r", nats_url=outside.url, stream=stream, stream_replicas=2),
-        workers=False,
-    )
+    leader = next(node for node in cluster if node.name == leader_name)
+    reader = await _client_of(outside, tmp_path / "r", stream, 2)
     subject = reader.core.commands.session_subject("s")
     # When the stream's leader stops answering (paused) and the client reads 10 times
     freeze(leader.server.process)

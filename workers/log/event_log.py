@@ -774,7 +774,7 @@ class EventLog:
 
         Raises:
             UnavailableError: NATS did not answer, or (``consistent``) the replicas that
-                answer stayed behind the leader for the whole timeout.
+                answer stayed behind the leader, yielding nothing new, for the timeout.
         """
         seq = after_seq + 1
         end = await self.last_seq(subject) if consistent else 0
@@ -785,6 +785,7 @@ class EventLog:
                 yield entry
             if entries:
                 seq = entries[-1].seq + 1
+                deadline = asyncio.get_running_loop().time() + self.timeout  # it moves on
             if entries and pending:
                 continue
             if seq > end:
