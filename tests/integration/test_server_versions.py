@@ -203,10 +203,16 @@ def _local_version() -> str | None:
 def local_old_server() -> str:
     """The version of the nats-server on 127.0.0.1:4222; skips unless it is there and 2.9.x."""
     version = _local_version()
+    reason = None
     if version is None:
-        pytest.skip("no nats-server on 127.0.0.1:4222 (the distribution's 2.9 is not running)")
-    if not version.startswith("2.9."):
-        pytest.skip(f"the nats-server on 127.0.0.1:4222 is {version}, not a 2.9")
+        reason = "no nats-server on 127.0.0.1:4222 (the distribution's 2.9 is not running)"
+    elif not version.startswith("2.9."):
+        reason = f"the nats-server on 127.0.0.1:4222 is {version}, not a 2.9"
+    if reason is not None:
+        if os.environ.get("MEMSTREAM_REQUIRE_OLD_NATS") == "1":
+            pytest.fail(f"MEMSTREAM_REQUIRE_OLD_NATS=1 but {reason}")
+        pytest.skip(reason)
+    assert version is not None
     return version
 
 
