@@ -91,6 +91,29 @@ def test_a_reader_waits_for_a_separate_lingering_worker(
         stop(worker)
 
 
+def test_verify_in_another_process_does_not_wait_out_a_workers_linger(
+    tmp_path: Path, nats_server: NatsServerProcess
+) -> None:
+    # Given a projector in its own process that lingers 10 s per batch, on an external NATS,
+    # and a writer process that appended 150 messages and exited
+    env = external_env(tmp_path / "data", nats_server)
+    log = tmp_path / "worker.log"
+    worker = start_worker(env, log, "--linger", "10")
+    try:
+        wait_for_text(log, "projector: stream", worker)
+        script(env, "append", "chat", "150")
+        # When `projections verify` runs in a third process
+        started = time.monotonic()
+        results = json_of(env, "projections", "verify")
+        # Then it finds the read models equal to a rebuild, without waiting the linger out
+        # (it tells the worker what it waits for)
+        assert {r["projection"] for r in results} >= {"sessions", "context", "registry"}
+        assert all(r["ok"] for r in results), results
+        assert time.monotonic() - started < 5
+    finally:
+        stop(worker)
+
+
 def test_a_second_projector_for_one_copy_is_refused_and_takes_over_after_a_kill(
     tmp_path: Path, nats_server: NatsServerProcess
 ) -> None:
