@@ -54,6 +54,14 @@ async def log_of_two_sessions(settings: Settings) -> AsyncIterator[tuple[Memstre
         await ms.close()
 
 
+def _projector_of_s(ms: Memstream, trailing: bool, committed: int) -> Projecting:
+    """A projector of session ``s`` that committed up to ``committed``, reading the log
+    through ``ms`` or (``trailing``) through a replica that holds none of it yet."""
+    log = TrailingLog(ms.core.nats, ms.core.log.stream, ms.settings.subject_prefix)
+    subject = ms.core.commands.session_subject("s")
+    return Projecting(log if trailing else ms.core.log, subject, _committed=committed)
+
+
 def _message(id: str) -> dict[str, object]:
     return {"id": id, "role": "user", "content": id}
 
@@ -63,9 +71,7 @@ async def test_a_skipped_event_of_its_own_rewinds_the_projector(
     log_of_two_sessions: tuple[Memstream, list[int]], trailing: bool
 ) -> None:
     ms, ours = log_of_two_sessions
-    log = TrailingLog(ms.core.nats, ms.core.log.stream, ms.settings.subject_prefix)
-    subject = ms.core.commands.session_subject("s")
-    projector = Projecting(log if trailing else ms.core.log, subject, _committed=ours[0])
+    projector = _projector_of_s(ms, trailing, committed=ours[0])
     # When the consumer delivers s's fourth event after the first was committed
     # Then the second and third were skipped: the projector binds again from the second
     with pytest.raises(ReadModelRewound, match=f"from {ours[1]}"):
@@ -77,9 +83,7 @@ async def test_other_subjects_in_between_are_no_gap(
     log_of_two_sessions: tuple[Memstream, list[int]], trailing: bool
 ) -> None:
     ms, ours = log_of_two_sessions
-    log = TrailingLog(ms.core.nats, ms.core.log.stream, ms.settings.subject_prefix)
-    subject = ms.core.commands.session_subject("s")
-    projector = Projecting(log if trailing else ms.core.log, subject, _committed=ours[1])
+    projector = _projector_of_s(ms, trailing, committed=ours[1])
     # When the consumer delivers s's third event after the second was committed (one event of
     # t lies between them), then nothing was skipped
     await projector.check(ours[2])
